@@ -1,0 +1,1 @@
+"""Audio containers and sample formats."""

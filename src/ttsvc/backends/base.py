@@ -1,0 +1,53 @@
+"""What a backend provides: a sentence engine and a frame engine behind two small protocols.
+
+The synthesizer only ever calls these two methods, so a backend (ONNX Runtime, TensorRT) is free
+in how it allocates buffers or threads. Engine objects live in a worker process and are used from
+its one compute thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ttsvc.repository.manifest import Manifest
+from ttsvc.voice import VoiceConfig
+
+FloatArray = npt.NDArray[np.float32]
+IntArray = npt.NDArray[np.int64]
+
+
+class AcousticEngine(Protocol):
+    """Sentence-level part: phoneme ids → latent frames (text encoder, durations, noise)."""
+
+    def latents(self, ids: IntArray, scales: FloatArray) -> FloatArray:
+        """Return latent frames ``[1, C, T]`` for ids ``[1, N]`` and scales ``[3]``."""
+        ...
+
+
+class VocoderEngine(Protocol):
+    """Frame-level part: a window of latent frames → waveform samples (flow + HiFi-GAN)."""
+
+    def waveform(self, latents: FloatArray) -> FloatArray:
+        """Return ``hop * T`` float samples in [-1, 1] for latents ``[1, C, T]``."""
+        ...
+
+
+@dataclass(frozen=True)
+class EngineSet:
+    """A loaded, verified engine version: what one stream is synthesized with from start to end."""
+
+    acoustic: AcousticEngine
+    vocoder: VocoderEngine
+    manifest: Manifest
+    voice: VoiceConfig
+    path: Path
+
+    @property
+    def version(self) -> int:
+        """The engine version, shown in response headers and metrics."""
+        return self.manifest.version

@@ -1,0 +1,126 @@
+"""ONNX Runtime on CPU: the embedded default backend.
+
+Sessions are created once per engine version per process (creation costs tens of milliseconds
+even from pre-optimized graphs). Engines are verified against their manifest before ONNX Runtime
+sees a byte of them, so a truncated or altered file is refused with a message naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from ttsvc.backends.base import EngineSet, FloatArray, IntArray
+from ttsvc.errors import EngineError
+from ttsvc.repository.manifest import Manifest, cpu_fingerprint, load_manifest, verify_files
+from ttsvc.voice import VoiceConfig
+
+ACOUSTIC_FILE = "acoustic.onnx"
+VOCODER_FILE = "vocoder.onnx"
+VOICE_FILE = "voice.json"
+
+
+def session_options(threads: int) -> ort.SessionOptions:
+    """Options for a worker's sessions.
+
+    One intra-op thread by default: a worker process is the unit of parallelism, and extra
+    threads per worker fight each other on a small machine. Graphs were fully optimized at compile
+    time for this machine kind (see ``runtime_fingerprint``), so the optimizer stays off at load.
+    """
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3
+    if threads == 1:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return opts
+
+
+def create_session(path: Path, threads: int) -> ort.InferenceSession:
+    """Create a CPU session; ONNX Runtime's failures become an engine error naming the file."""
+    try:
+        return ort.InferenceSession(
+            str(path), session_options(threads), providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:  # ORT raises its own untyped exceptions for bad graphs
+        raise EngineError(f"{path}: ONNX Runtime could not load it: {exc}") from exc
+
+
+class OrtAcoustic:
+    """Sentence engine on an ONNX Runtime session; lives in a worker's compute thread."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self._session = session
+
+    def latents(self, ids: IntArray, scales: FloatArray) -> FloatArray:
+        lengths = np.array([ids.shape[1]], dtype=np.int64)
+        out = self._session.run(
+            ["latents"], {"input": ids, "input_lengths": lengths, "scales": scales}
+        )
+        return np.asarray(out[0], dtype=np.float32)
+
+
+class OrtVocoder:
+    """Frame engine on an ONNX Runtime session; lives in a worker's compute thread."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self._session = session
+        self._has_mask = any(i.name == "mask" for i in session.get_inputs())
+
+    def waveform(self, latents: FloatArray) -> FloatArray:
+        feed = {"latents": np.ascontiguousarray(latents)}
+        if self._has_mask:
+            # batch 1: every frame of a window is a real frame
+            feed["mask"] = np.ones((1, 1, latents.shape[2]), dtype=np.float32)
+        out = self._session.run(None, feed)
+        return np.asarray(out[0], dtype=np.float32).reshape(-1)
+
+
+def runtime_fingerprint() -> dict[str, str]:
+    """What a fully optimized ONNX Runtime graph is specific to: runtime version and CPU."""
+    return {"onnxruntime": ort.__version__, **cpu_fingerprint()}
+
+
+def check_fingerprint(directory: Path, manifest: Manifest) -> None:
+    """Refuse engines optimized for another architecture or ONNX Runtime release.
+
+    Layout-optimized graphs can reference kernels that exist only there; failing here names the
+    cause instead of failing inside ONNX Runtime.
+    """
+    here = runtime_fingerprint()
+    built = manifest.runtime
+    release = ".".join(here["onnxruntime"].split(".")[:2])
+    if built.get("machine") != here["machine"] or not built.get("onnxruntime", "").startswith(
+        release
+    ):
+        raise EngineError(
+            f"{directory}: built for {built.get('machine')} / onnxruntime "
+            f"{built.get('onnxruntime')}, this is {here['machine']} / onnxruntime "
+            f"{here['onnxruntime']}: recompile with `ttsvc compile`"
+        )
+
+
+def load_engine_set(directory: Path, threads: int = 1) -> EngineSet:
+    """Verify and load one engine version directory."""
+    manifest = load_manifest(directory)
+    if manifest.backend != "ort":
+        raise EngineError(f"{directory}: built for backend {manifest.backend!r}, not 'ort'")
+    check_fingerprint(directory, manifest)
+    verify_files(directory, manifest)
+    for name in (ACOUSTIC_FILE, VOCODER_FILE, VOICE_FILE):
+        if name not in manifest.files:
+            raise EngineError(f"{directory}: manifest does not list {name}")
+    voice_raw = json.loads((directory / VOICE_FILE).read_text(encoding="utf-8"))
+    voice = VoiceConfig.from_piper(voice_raw)
+    return EngineSet(
+        acoustic=OrtAcoustic(create_session(directory / ACOUSTIC_FILE, threads)),
+        vocoder=OrtVocoder(create_session(directory / VOCODER_FILE, threads)),
+        manifest=manifest,
+        voice=voice,
+        path=directory,
+    )

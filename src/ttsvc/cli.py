@@ -1,0 +1,216 @@
+"""The ``ttsvc`` command: compile engines, synthesize from the command line, list engines.
+
+Settings are built here, once, from the environment and flags, and passed down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ttsvc.config import DEFAULT_VOICE, Settings
+from ttsvc.errors import TTSError
+from ttsvc.observability.logs import configure_logging, get_logger
+
+
+def _add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("compile", help="split a voice checkpoint into engines and publish them")
+    p.add_argument(
+        "--checkpoint",
+        default="default",
+        help="Piper/VITS ONNX voice, or 'default' for the packaged en_US-joe-medium",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="the voice's JSON config (default: <checkpoint>.json)",
+    )
+    p.add_argument("--output-dir", type=Path, default=None, help="engine repository root")
+    p.add_argument("--voice", default=None, help="voice name (default: checkpoint file stem)")
+    p.add_argument("--quantize", choices=["fp32", "fp16", "int8"], default="fp32")
+    p.add_argument("--max-batch", type=int, default=1, help="TensorRT profile batch (trt only)")
+    p.add_argument("--seq-len", type=int, default=512, help="TensorRT profile phonemes (trt only)")
+    p.add_argument("--backend", choices=["ort", "trt"], default="ort")
+    p.add_argument(
+        "--split-at",
+        choices=["flow", "decoder"],
+        default="flow",
+        help="where the frame-level engine starts (default: flow)",
+    )
+    p.add_argument("--min-snr-db", type=float, default=30.0,
+                   help="quality an int8 engine must keep against fp32 to be used")  # fmt: skip
+
+
+def _add_synth(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("synth", help="synthesize text to a WAV file through the streaming path")
+    p.add_argument("text")
+    p.add_argument("-o", "--output", type=Path, default=Path("out.wav"))
+    p.add_argument("--engines-dir", type=Path, default=None)
+    p.add_argument("--voice", default=None)
+    p.add_argument("--speed", type=float, default=1.0)
+    p.add_argument("--noise-scale", type=float, default=None)
+    p.add_argument("--noise-w", type=float, default=None)
+    p.add_argument("--sentence-silence", type=float, default=0.2)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--first-window", type=int, default=None, help="frames in the first window")
+
+
+def _add_engines(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("engines", help="inspect the engine repository")
+    p.add_argument("action", choices=["ls"])
+    p.add_argument("--engines-dir", type=Path, default=None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and docs)."""
+    parser = argparse.ArgumentParser(prog="ttsvc", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_compile(sub)
+    _add_synth(sub)
+    _add_engines(sub)
+    return parser
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, object]:
+    names = {"engines_dir": "engines_dir", "voice": "voice", "threads": "threads",
+             "first_window": "first_window_frames", "output_dir": "engines_dir"}  # fmt: skip
+    return {
+        field: getattr(args, flag)
+        for flag, field in names.items()
+        if getattr(args, flag, None) is not None
+    }
+
+
+def cmd_compile(args: argparse.Namespace, settings: Settings) -> int:
+    from ttsvc.compile.build import CompileOptions, compile_voice, default_checkpoint  # noqa: PLC0415
+
+    log = get_logger("compile")
+    if args.checkpoint == "default":
+        checkpoint, config = default_checkpoint()
+        voice = args.voice or DEFAULT_VOICE
+    else:
+        checkpoint = Path(args.checkpoint)
+        config = args.config or checkpoint.with_name(checkpoint.name + ".json")
+        voice = args.voice or checkpoint.name.removesuffix(".onnx")
+    for path in (checkpoint, args.config or config):
+        if not Path(path).is_file():
+            print(f"ttsvc compile: {path}: no such file", file=sys.stderr)
+            return 2
+    started = time.perf_counter()
+    published = compile_voice(
+        CompileOptions(
+            checkpoint=checkpoint,
+            config=args.config or config,
+            output_dir=settings.engines_dir,
+            voice=voice,
+            quantize=args.quantize,
+            max_batch=args.max_batch,
+            seq_len=args.seq_len,
+            backend=args.backend,
+            split_at=args.split_at,
+            min_snr_db=args.min_snr_db,
+            log=lambda msg: log.info("compile", detail=msg),
+        )
+    )
+    print(f"published {published.voice} version {published.version} at {published.path} "
+          f"in {time.perf_counter() - started:.1f} s")  # fmt: skip
+    return 0
+
+
+def resolve_engines(settings: Settings, voice: str) -> Path:
+    """The directory of the version that serves ``voice``, compiling the default if needed."""
+    from ttsvc.compile.build import ensure_default_voice  # noqa: PLC0415
+    from ttsvc.errors import UnknownVoice  # noqa: PLC0415
+    from ttsvc.repository.layout import EngineRepository  # noqa: PLC0415
+
+    repo = EngineRepository(settings.engines_dir)
+    latest = repo.latest(voice)
+    if latest is None and voice == DEFAULT_VOICE and settings.compile_default_voice:
+        log = get_logger("engines")
+        latest = ensure_default_voice(settings.engines_dir, lambda m: log.info("default", detail=m))
+    if latest is None:
+        raise UnknownVoice(f"no engines for voice {voice!r} in {settings.engines_dir}")
+    return latest.path
+
+
+def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
+    from ttsvc.audio.wav import write_wav  # noqa: PLC0415
+    from ttsvc.backends.onnxruntime import load_engine_set  # noqa: PLC0415
+    from ttsvc.synthesis import SynthesisParams, Synthesizer  # noqa: PLC0415
+
+    try:
+        params = SynthesisParams(
+            speed=args.speed, noise_scale=args.noise_scale, noise_w=args.noise_w,
+            sentence_silence=args.sentence_silence,
+        )  # fmt: skip
+    except ValueError as exc:
+        print(f"ttsvc synth: invalid parameter: {exc}", file=sys.stderr)
+        return 2
+    path = resolve_engines(settings, settings.voice)
+    started = time.perf_counter()
+    engines = load_engine_set(path, settings.threads)
+    loaded = time.perf_counter()
+    synth = Synthesizer(engines, settings.schedule(), settings.max_sentence_chars)
+    chunks: list[np.ndarray] = []
+    first: float | None = None
+    t0 = time.perf_counter()
+    for chunk in synth.stream(args.text, params):
+        if first is None:
+            first = time.perf_counter() - t0
+        chunks.append(chunk.samples)
+    total = time.perf_counter() - t0
+    pcm = np.concatenate(chunks)
+    write_wav(args.output, pcm, synth.sample_rate)
+    audio_s = len(pcm) / synth.sample_rate
+    print(
+        f"wrote {args.output} ({audio_s:.2f} s of audio, {len(chunks)} chunks, engines "
+        f"{engines.manifest.voice} v{engines.version}): load {1000 * (loaded - started):.0f} ms, "
+        f"first chunk {1000 * (first or 0):.1f} ms, real-time factor {total / audio_s:.3f}"
+    )
+    return 0
+
+
+def cmd_engines(args: argparse.Namespace, settings: Settings) -> int:
+    from ttsvc.repository.layout import EngineRepository  # noqa: PLC0415
+    from ttsvc.repository.manifest import load_manifest  # noqa: PLC0415
+
+    repo = EngineRepository(settings.engines_dir)
+    voices = repo.voices()
+    if not voices:
+        print(f"no engines in {settings.engines_dir}")
+    for voice in voices:
+        versions = repo.versions(voice)
+        for v in versions:
+            m = load_manifest(v.path)
+            active = "*" if v is versions[-1] else " "
+            sums = " ".join(f"{n}:{e.sha256[:12]}" for n, e in sorted(m.files.items()))
+            precision = f"{m.precision['acoustic']}/{m.precision['vocoder']}"
+            print(f"{active} {voice} v{v.version} {m.backend} {precision} {m.created_at} {sums}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ttsvc`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings(**_overrides(args))  # type: ignore[arg-type]
+    except ValueError as exc:
+        print(f"ttsvc: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    commands = {"compile": cmd_compile, "synth": cmd_synth, "engines": cmd_engines}
+    try:
+        return commands[args.command](args, settings)
+    except TTSError as exc:
+        print(f"ttsvc {args.command}: {exc.message}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

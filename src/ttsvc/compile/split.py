@@ -1,0 +1,185 @@
+"""Split a Piper/VITS ONNX voice into a sentence-level engine and a frame-level engine.
+
+Why split at all: the text encoder and duration predictor need the whole sentence (attention over
+phonemes), but everything after them is frame-local convolution, so it can run over short windows
+of frames and stream audio as soon as the first window is done. The split is found from the
+graph's structure, not from the default voice's tensor names, so any Piper/VITS export works:
+
+* the **decoder input** is the data input of the HiFi-GAN's first convolution, found by walking
+  back from the first ``ConvTranspose`` (the first upsampling layer) through activations;
+* the **flow input** (z_p) is the furthest tensor before the decoder that every frame-level path
+  passes through, such that everything between it and the decoder is frame-local (convolutions,
+  element-wise ops) and reads nothing else but the frame mask.
+
+``split_at="flow"`` (the default) puts the flow into the frame engine: the sentence engine then
+does only the cheap encoder work before the first window can start, which is what keeps time to
+first audio low (measured in ARCHITECTURE.md and benchmarks/engine_bench.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass
+from typing import Literal
+
+import onnx
+
+from ttsvc.errors import GraphShapeError
+
+SplitPoint = Literal["flow", "decoder"]
+
+# Ops whose output at frame t depends only on a bounded neighbourhood of frames (or on shapes).
+# Anything else (attention, cumulative sums, random draws, reductions over time) is sentence-level.
+FRAME_LOCAL_OPS = frozenset(
+    {
+        "Add", "Cast", "Concat", "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "Div",
+        "Exp", "Identity", "LeakyRelu", "Mul", "Neg", "Relu", "Shape", "Sigmoid", "Slice", "Split",
+        "Sub", "Tanh", "Unsqueeze", "Squeeze",
+    }
+)  # fmt: skip
+_ACTIVATIONS = frozenset({"LeakyRelu", "Relu", "Identity", "Add"})
+
+
+@dataclass(frozen=True)
+class GraphSplit:
+    """Where a voice graph is cut, as tensor names of the original graph."""
+
+    sentence_inputs: tuple[str, ...]
+    """Inputs of the whole voice (ids, lengths, scales): they feed the sentence engine."""
+    frame_input: str
+    """The latent frames [1, C, T] the frame engine consumes (z_p or the decoder input)."""
+    mask: str | None
+    """The frame mask [1, 1, T] the flow multiplies by; ``None`` when splitting at the decoder."""
+    output: str
+    """The waveform output of the voice."""
+    split_at: SplitPoint
+
+
+class _Graph:
+    """Producer/consumer indexes over an ONNX graph, built once per analysis."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.graph = graph
+        self.producer: dict[str, onnx.NodeProto] = {}
+        self.consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+        for node in graph.node:
+            for out in node.output:
+                self.producer[out] = node
+            for inp in node.input:
+                if inp:
+                    self.consumers[inp].append(node)
+        self.initializers = {init.name for init in graph.initializer}
+        self.inputs = [i.name for i in graph.input if i.name not in self.initializers]
+
+    def closure(self, start: str, stops: set[str]) -> tuple[set[str], set[str]]:
+        """Walk producers back from ``start`` until ``stops``.
+
+        Returns the tensors visited and the frontier: tensors that are graph inputs or produced by
+        a sentence-level op. An empty frontier means ``stops`` cut the graph cleanly.
+        """
+        seen: set[str] = set()
+        frontier: set[str] = set()
+        todo = deque([start])
+        while todo:
+            name = todo.popleft()
+            if name in seen or name in stops or name in self.initializers or not name:
+                continue
+            seen.add(name)
+            node = self.producer.get(name)
+            if node is None or node.op_type not in FRAME_LOCAL_OPS:
+                frontier.add(name)
+                continue
+            todo.extend(node.input)
+        return seen, frontier
+
+
+def _decoder_input(g: _Graph) -> str:
+    first_up = next((n for n in g.graph.node if n.op_type == "ConvTranspose"), None)
+    if first_up is None:
+        raise GraphShapeError("no ConvTranspose found: not a HiFi-GAN vocoder graph")
+    node = g.producer.get(first_up.input[0])
+    while node is not None and node.op_type in _ACTIVATIONS:
+        # an Add here is the speaker conditioning (x + cond(g)); follow the data path
+        data_inputs = [i for i in node.input if i in g.producer and i not in g.initializers]
+        node = g.producer.get(data_inputs[0]) if data_inputs else None
+    if node is None or node.op_type != "Conv":
+        raise GraphShapeError(
+            "the first upsampling layer is not preceded by the decoder's conv_pre"
+        )
+    return str(node.input[0])
+
+
+def find_split(model: onnx.ModelProto, split_at: SplitPoint = "flow") -> GraphSplit:
+    """Locate the cut between sentence-level and frame-level parts of a VITS voice graph."""
+    g = _Graph(model.graph)
+    if len(model.graph.output) != 1:
+        raise GraphShapeError(f"expected one waveform output, found {len(model.graph.output)}")
+    output = model.graph.output[0].name
+    dec_in = _decoder_input(g)
+    _, frontier = g.closure(output, {dec_in})
+    if frontier:
+        raise GraphShapeError(f"the decoder reads more than its input: {sorted(frontier)[:3]}")
+    if split_at == "decoder":
+        return GraphSplit(tuple(g.inputs), dec_in, None, output, split_at)
+
+    masked = g.producer.get(dec_in)
+    if masked is None or masked.op_type != "Mul":
+        raise GraphShapeError("the decoder input is not the masked flow output (z * y_mask)")
+    # the mask is the operand shared by many frame ops; the flow output feeds only this Mul
+    mask = max(masked.input, key=lambda name: len(g.consumers[name]))
+    seen, _ = g.closure(dec_in, {mask})
+    best: tuple[int, str] | None = None
+    for cand in seen:
+        if cand in (dec_in, mask):
+            continue
+        inner, frontier = g.closure(dec_in, {cand, mask})
+        if not frontier and (best is None or len(inner) > best[0]):
+            best = (len(inner), cand)
+    if best is None:
+        raise GraphShapeError("no single latent tensor feeds the flow: cannot split at the flow")
+    return GraphSplit(tuple(g.inputs), best[1], mask, output, split_at)
+
+
+def extract(model: onnx.ModelProto, inputs: list[str], outputs: list[str]) -> onnx.ModelProto:
+    """Extract the sub-graph between ``inputs`` and ``outputs`` as a standalone model."""
+    extractor = onnx.utils.Extractor(model)
+    sub: onnx.ModelProto = extractor.extract_model(inputs, outputs)
+    sub.opset_import.clear()
+    sub.opset_import.extend(model.opset_import)
+    sub.ir_version = model.ir_version
+    return sub
+
+
+def split_model(
+    model: onnx.ModelProto, split_at: SplitPoint = "flow"
+) -> tuple[onnx.ModelProto, onnx.ModelProto, GraphSplit]:
+    """Return (acoustic, vocoder, split): the sentence engine and the frame engine.
+
+    The sentence ("acoustic") engine keeps the voice's inputs and outputs the latent frames (and
+    the mask, whose length is the frame count); the frame ("vocoder") engine maps a window of
+    latent frames (and an all-ones mask window) to waveform samples.
+    """
+    split = find_split(model, split_at)
+    model = onnx.shape_inference.infer_shapes(model)
+    acoustic_outputs = [split.frame_input] + ([split.mask] if split.mask else [])
+    acoustic = extract(model, list(split.sentence_inputs), acoustic_outputs)
+    vocoder = extract(model, acoustic_outputs, [split.output])
+    _rename(
+        acoustic, {split.frame_input: "latents", **({split.mask: "mask"} if split.mask else {})}
+    )
+    _rename(vocoder, {split.frame_input: "latents", **({split.mask: "mask"} if split.mask else {})})
+    return acoustic, vocoder, split
+
+
+def _rename(model: onnx.ModelProto, names: dict[str, str]) -> None:
+    """Give the boundary tensors stable names so runtimes need not know the voice's internals."""
+    for value in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
+        if value.name in names:
+            value.name = names[value.name]
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            if name in names:
+                node.input[i] = names[name]
+        for i, name in enumerate(node.output):
+            if name in names:
+                node.output[i] = names[name]

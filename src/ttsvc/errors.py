@@ -1,0 +1,80 @@
+"""Error taxonomy.
+
+Each class carries the HTTP status and the short ``type`` string that clients see, so the gateway
+maps every failure through one table instead of deciding per call site. Messages name the field or
+file at fault because an operator reading a log line has nothing else to go on.
+"""
+
+from __future__ import annotations
+
+
+class TTSError(Exception):
+    """Base of every error ttsvc raises on purpose."""
+
+    status: int = 500
+    type: str = "internal_error"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def to_body(self) -> dict[str, str]:
+        """The JSON body a client receives: never a stack trace."""
+        body = {"error": self.message, "type": self.type}
+        if self.field is not None:
+            body["field"] = self.field
+        return body
+
+
+class InvalidParameter(TTSError):
+    """A request parameter is outside its documented range."""
+
+    status = 422
+    type = "invalid_parameter"
+
+
+class NothingToSay(InvalidParameter):
+    """The text leaves nothing to speak once normalized (empty, whitespace, only symbols)."""
+
+    type = "empty_text"
+
+
+class TextTooLong(InvalidParameter):
+    """The text exceeds the configured character cap."""
+
+    type = "text_too_long"
+
+
+class UnknownVoice(TTSError):
+    """No engine set is published for the requested voice."""
+
+    status = 404
+    type = "unknown_voice"
+
+
+class EngineError(TTSError):
+    """An engine set could not be used: missing, altered, truncated or failing to load."""
+
+    status = 503
+    type = "engine_unavailable"
+
+
+class EngineIntegrityError(EngineError):
+    """An engine file does not match its manifest (size or sha256); it was never parsed."""
+
+    type = "engine_integrity"
+
+
+class GraphShapeError(TTSError):
+    """A checkpoint does not have the VITS shape `ttsvc compile` knows how to split."""
+
+    status = 400
+    type = "unsupported_graph"
+
+
+class BackendUnavailable(TTSError):
+    """The requested backend cannot run on this machine (e.g. TensorRT without a GPU)."""
+
+    status = 501
+    type = "backend_unavailable"

@@ -1,0 +1,1 @@
+"""The engines directory: ``<root>/<voice>/<version>/`` with a manifest written last."""

@@ -1,0 +1,136 @@
+"""``manifest.json``: what an engine version holds and how to tell it is complete and intact.
+
+The manifest is written last, so its presence marks a finished version; its sizes and sha256 let
+a loader refuse a truncated or altered file *before* the runtime parses untrusted bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ttsvc.errors import EngineError, EngineIntegrityError
+
+MANIFEST_NAME = "manifest.json"
+FORMAT_VERSION = 1
+_CHUNK = 1 << 20
+
+
+class FileEntry(BaseModel):
+    """One file of an engine version."""
+
+    size: int
+    sha256: str
+
+
+class FrameContext(BaseModel):
+    """Latent frames of context each side of a window so windowed output equals one-shot output.
+
+    Measured by ``ttsvc compile`` on the frame engine itself, not assumed from the architecture.
+    """
+
+    left: int = Field(ge=0)
+    right: int = Field(ge=0)
+    max_abs_error: float
+    """Largest sample difference, windowed vs one-shot, measured at these contexts."""
+
+
+class Manifest(BaseModel):
+    """The contract between ``ttsvc compile`` and the runtime that loads an engine set."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    format_version: int = FORMAT_VERSION
+    voice: str
+    version: int
+    backend: Literal["ort", "trt"]
+    precision: dict[str, str]
+    """Per engine (``acoustic``, ``vocoder``): fp32, fp16 or int8, as actually kept."""
+    sample_rate: int
+    hop_length: int
+    latent_channels: int
+    split_at: str
+    frame_context: FrameContext
+    files: dict[str, FileEntry]
+    runtime: dict[str, str]
+    """Fingerprint of what the engines were built for (runtime versions, CPU or GPU)."""
+    source: dict[str, str]
+    """The checkpoint the engines came from (name and sha256)."""
+    quality: dict[str, float] = Field(default_factory=dict)
+    """Quality checks run at compile time, e.g. SNR in dB of a quantized engine against fp32."""
+    created_at: str
+
+
+def sha256_file(path: Path) -> str:
+    """Hash a file in chunks so large engines do not need to fit in memory twice."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_entry(path: Path) -> FileEntry:
+    """Size and checksum of one file, as the manifest records it."""
+    return FileEntry(size=path.stat().st_size, sha256=sha256_file(path))
+
+
+def cpu_fingerprint() -> dict[str, str]:
+    """The CPU features an ONNX Runtime graph optimization may have specialised for."""
+    flags = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("flags"):
+                wanted = ("avx", "avx2", "avx512f", "avx512_vnni", "avx_vnni", "fma", "f16c", "amx")
+                have = set(line.split(":", 1)[1].split())
+                flags = ",".join(f for f in wanted if f in have)
+                break
+    return {"machine": platform.machine(), "cpu_flags": flags, "cpu_count": str(os.cpu_count())}
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> Path:
+    """Write the manifest through a temporary file and a rename, so readers never see half of it."""
+    target = directory / MANIFEST_NAME
+    tmp = directory / f".{MANIFEST_NAME}.tmp"
+    tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    tmp.replace(target)
+    return target
+
+
+def load_manifest(directory: Path) -> Manifest:
+    """Read and validate a version's manifest; an unreadable one is an engine error naming it."""
+    path = directory / MANIFEST_NAME
+    try:
+        return Manifest.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError as exc:
+        raise EngineError(f"{path}: no manifest (incomplete engine version)") from exc
+    except (json.JSONDecodeError, ValidationError, UnicodeDecodeError) as exc:
+        raise EngineError(f"{path}: unreadable manifest: {exc}") from exc
+
+
+def verify_files(directory: Path, manifest: Manifest) -> None:
+    """Check every file's size, then its sha256, before anything parses it.
+
+    Size first because it is free and catches the common case (a copy still in progress).
+    """
+    for name, entry in manifest.files.items():
+        path = directory / name
+        if not path.is_file():
+            raise EngineIntegrityError(f"{path}: missing (listed in {MANIFEST_NAME})")
+        size = path.stat().st_size
+        if size != entry.size:
+            raise EngineIntegrityError(
+                f"{path}: size {size} bytes, manifest says {entry.size} (truncated or replaced)"
+            )
+        digest = sha256_file(path)
+        if digest != entry.sha256:
+            raise EngineIntegrityError(
+                f"{path}: sha256 {digest[:12]}… does not match the manifest's {entry.sha256[:12]}…"
+            )

@@ -1,0 +1,70 @@
+"""Loading engine sets: verified before parsing, refused with the file named."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ttsvc.backends.onnxruntime import load_engine_set
+from ttsvc.errors import EngineError, EngineIntegrityError
+from ttsvc.repository.layout import EngineVersion
+from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest
+
+
+@pytest.fixture
+def copy(default_version: EngineVersion, tmp_path: Path) -> Path:
+    target = tmp_path / "1"
+    shutil.copytree(default_version.path, target)
+    return target
+
+
+def test_compiled_set_loads(default_version: EngineVersion) -> None:
+    engines = load_engine_set(default_version.path)
+    assert engines.version == 1
+    assert engines.voice.sample_rate == 22050
+
+
+def test_truncated_file_is_refused_naming_it(copy: Path) -> None:
+    vocoder = copy / "vocoder.onnx"
+    data = vocoder.read_bytes()
+    vocoder.write_bytes(data[: len(data) // 2])
+    with pytest.raises(EngineIntegrityError, match=r"vocoder\.onnx.*size"):
+        load_engine_set(copy)
+
+
+def test_altered_file_is_refused_naming_it(copy: Path) -> None:
+    acoustic = copy / "acoustic.onnx"
+    data = bytearray(acoustic.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one flipped byte
+    acoustic.write_bytes(bytes(data))
+    with pytest.raises(EngineIntegrityError, match=r"acoustic\.onnx.*sha256"):
+        load_engine_set(copy)
+
+
+def test_missing_manifest_is_refused(copy: Path) -> None:
+    (copy / "manifest.json").unlink()
+    with pytest.raises(EngineError, match="manifest"):
+        load_engine_set(copy)
+
+
+def test_other_machine_fingerprint_is_refused(copy: Path) -> None:
+    path = copy / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["runtime"]["machine"] = "riscv128"
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(EngineError, match="recompile"):
+        load_engine_set(copy)
+
+
+def test_unparseable_engine_named_when_manifest_matches_it(copy: Path) -> None:
+    """Even a file that matches a (forged) manifest but is not ONNX is reported by name."""
+    vocoder = copy / "vocoder.onnx"
+    vocoder.write_bytes(b"not an onnx graph")
+    manifest = load_manifest(copy)
+    manifest.files["vocoder.onnx"] = file_entry(vocoder)
+    write_manifest(copy, manifest)
+    with pytest.raises(EngineError, match=r"vocoder\.onnx"):
+        load_engine_set(copy)

@@ -1,0 +1,72 @@
+"""`ttsvc compile` output: layout, manifest, atomic publish, refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ttsvc.backends.onnxruntime import load_engine_set
+from ttsvc.compile.build import CompileOptions, compile_voice, default_checkpoint
+from ttsvc.errors import BackendUnavailable, InvalidParameter
+from ttsvc.repository.layout import EngineRepository, EngineVersion
+from ttsvc.repository.manifest import load_manifest, sha256_file
+
+
+def test_published_layout_and_manifest(default_version: EngineVersion) -> None:
+    files = sorted(p.name for p in default_version.path.iterdir())
+    assert files == ["acoustic.onnx", "manifest.json", "vocoder.onnx", "voice.json"]
+    manifest = load_manifest(default_version.path)
+    assert manifest.version == default_version.version == 1
+    assert manifest.backend == "ort"
+    assert manifest.sample_rate == 22050 and manifest.hop_length == 256
+    assert manifest.latent_channels == 192
+    assert manifest.precision == {"acoustic": "fp32", "vocoder": "fp32"}
+    for name, entry in manifest.files.items():
+        path = default_version.path / name
+        assert entry.size == path.stat().st_size
+        assert entry.sha256 == sha256_file(path)
+    assert manifest.runtime["onnxruntime"] and manifest.runtime["machine"]
+    assert manifest.frame_context.max_abs_error <= 1e-4
+    assert 0 < manifest.frame_context.right <= 64
+    # no staging directory left behind
+    assert [p.name for p in default_version.path.parent.iterdir()] == ["1"]
+
+
+def _options(out: Path, **kw: object) -> CompileOptions:
+    model, config = default_checkpoint()
+    return CompileOptions(model, config, out, "v", **kw)  # type: ignore[arg-type]
+
+
+def test_trt_backend_exits_with_clear_message(tmp_path: Path) -> None:
+    with pytest.raises(BackendUnavailable, match="TensorRT"):
+        compile_voice(_options(tmp_path, backend="trt"))
+    assert not any(tmp_path.iterdir())
+
+
+def test_fp16_on_cpu_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidParameter, match="fp16"):
+        compile_voice(_options(tmp_path, quantize="fp16"))
+
+
+@pytest.mark.slow
+def test_int8_kept_only_where_quality_holds(tmp_path: Path) -> None:
+    published = compile_voice(_options(tmp_path, quantize="int8", min_snr_db=30.0))
+    manifest = load_manifest(published.path)
+    for engine in ("acoustic", "vocoder"):
+        snr = manifest.quality[f"{engine}_int8_snr_db"]
+        assert manifest.precision[engine] == ("int8" if snr >= 30.0 else "fp32")
+    load_engine_set(published.path)
+
+
+@pytest.mark.slow
+def test_second_compile_is_a_new_version_at_the_decoder_split(tmp_path: Path) -> None:
+    first = compile_voice(_options(tmp_path))
+    second = compile_voice(_options(tmp_path, split_at="decoder"))
+    assert (first.version, second.version) == (1, 2)
+    repo = EngineRepository(tmp_path)
+    assert repo.latest("v") == second
+    manifest = load_manifest(second.path)
+    assert manifest.split_at == "decoder"
+    engines = load_engine_set(second.path)
+    assert engines.version == 2

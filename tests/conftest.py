@@ -1,0 +1,72 @@
+"""Shared fixtures: the real default voice, compiled once per test session into a temp dir."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from ttsvc.backends.base import EngineSet
+from ttsvc.backends.onnxruntime import load_engine_set
+from ttsvc.compile.build import default_checkpoint, ensure_default_voice
+from ttsvc.repository.layout import EngineVersion
+from ttsvc.synthesis import Synthesizer
+from ttsvc.voice import VoiceConfig
+
+
+@pytest.fixture(scope="session")
+def engines_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("engines")
+
+
+@pytest.fixture(scope="session")
+def default_version(engines_root: Path) -> EngineVersion:
+    return ensure_default_voice(engines_root, lambda _msg: None)
+
+
+@pytest.fixture(scope="session")
+def engine_set(default_version: EngineVersion) -> EngineSet:
+    return load_engine_set(default_version.path)
+
+
+@pytest.fixture(scope="session")
+def synth(engine_set: EngineSet) -> Synthesizer:
+    return Synthesizer(engine_set)
+
+
+@pytest.fixture(scope="session")
+def voice_config() -> VoiceConfig:
+    _, config = default_checkpoint()
+    return VoiceConfig.load(config)
+
+
+@pytest.fixture(scope="session")
+def piper_graph() -> Iterator[ort.InferenceSession]:
+    """The unsplit Piper voice graph, the reference every engine is compared with."""
+    model, _ = default_checkpoint()
+    yield ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+
+
+def run_piper(
+    session: ort.InferenceSession, ids: tuple[int, ...], scales: list[float]
+) -> np.ndarray:  # type: ignore[type-arg]
+    """Audio of the unsplit graph for ``ids``."""
+    out = session.run(
+        None,
+        {
+            "input": np.asarray([ids], dtype=np.int64),
+            "input_lengths": np.asarray([len(ids)], dtype=np.int64),
+            "scales": np.asarray(scales, dtype=np.float32),
+        },
+    )
+    return np.asarray(out[0]).reshape(-1)
+
+
+def read_json(path: Path) -> dict[str, object]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data

@@ -1,0 +1,56 @@
+"""The `ttsvc` command as a user runs it: a real subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from ttsvc.audio.wav import read_wav
+from ttsvc.repository.layout import EngineVersion
+
+
+def _ttsvc(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ttsvc.cli", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+
+
+def test_synth_writes_wav_and_reports_ttfa_and_rtf(
+    default_version: EngineVersion, engines_root: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.wav"
+    result = _ttsvc("synth", "Hello from the command line.", "-o", str(out),
+                    "--engines-dir", str(engines_root), cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "first chunk" in result.stdout and "real-time factor" in result.stdout
+    pcm, rate = read_wav(out)
+    assert rate == 22050
+    assert 0.8 < len(pcm) / rate < 5.0
+
+
+def test_synth_nothing_to_say_is_a_clear_error(engines_root: Path, tmp_path: Path) -> None:
+    result = _ttsvc("synth", "🎉🎉", "--engines-dir", str(engines_root), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "nothing to speak" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_synth_bad_speed_is_a_clear_error(engines_root: Path, tmp_path: Path) -> None:
+    result = _ttsvc("synth", "Hi.", "--speed", "0", "--engines-dir", str(engines_root),
+                    cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2
+    assert "speed" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_compile_trt_exits_with_clear_message(tmp_path: Path) -> None:
+    result = _ttsvc("compile", "--backend", "trt", "--output-dir", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "TensorRT" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_engines_ls(default_version: EngineVersion, engines_root: Path, tmp_path: Path) -> None:
+    result = _ttsvc("engines", "ls", "--engines-dir", str(engines_root), cwd=tmp_path)
+    assert result.returncode == 0
+    assert "* en_US-joe-medium v1 ort fp32/fp32" in result.stdout

@@ -1,0 +1,157 @@
+"""The streaming synthesizer against the unsplit Piper graph, with the real default voice."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from tests.conftest import run_piper
+from ttsvc.errors import NothingToSay
+from ttsvc.synthesis import SynthesisParams, Synthesizer, WindowSchedule, to_pcm16
+
+DETERMINISTIC = SynthesisParams(noise_scale=0.0, noise_w=0.0)
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Is this the right way to the station?",
+    "Press one for English, or two for Spanish.",
+    "Hi.",
+]
+SCHEDULES = [
+    WindowSchedule(first=1, growth=2.0, max=64),
+    WindowSchedule(first=4, growth=2.0, max=128),
+    WindowSchedule(first=8, growth=2.0, max=128),
+    WindowSchedule(first=16, growth=1.0, max=16),
+    WindowSchedule(first=12, growth=1.5, max=48),
+    WindowSchedule(first=512, growth=1.0, max=512),  # one window longer than any sentence
+]
+
+
+@pytest.mark.parametrize("text", SENTENCES)
+def test_one_shot_equals_unsplit_piper_graph(
+    text: str, synth: Synthesizer, piper_graph: ort.InferenceSession
+) -> None:
+    for sentence in synth.sentences(text):
+        expected = run_piper(piper_graph, sentence.ids, [0.0, 1.0, 0.0])
+        got = synth.one_shot(sentence.ids, DETERMINISTIC)
+        assert got.shape == expected.shape
+        assert np.max(np.abs(got - expected)) <= 1e-4
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=str)
+@pytest.mark.parametrize("text", SENTENCES)
+def test_streamed_equals_one_shot(text: str, schedule: WindowSchedule, synth: Synthesizer) -> None:
+    for sentence in synth.sentences(text):
+        latents = synth.latents(sentence.ids, DETERMINISTIC)
+        pieces = list(synth.windows(latents, schedule))
+        streamed = np.concatenate(pieces)
+        one_shot = synth.engines.vocoder.waveform(latents)
+        assert streamed.shape == one_shot.shape
+        assert np.max(np.abs(streamed - one_shot)) <= 1e-3
+        assert len(pieces) == len(schedule.windows(latents.shape[2]))
+
+
+def test_short_sentence_is_shorter_than_one_window(synth: Synthesizer) -> None:
+    (sentence,) = synth.sentences("Hi.")
+    frames = synth.latents(sentence.ids, DETERMINISTIC).shape[2]
+    assert frames < 128  # the default max window: "Hi." fits in one large window
+
+
+def test_first_chunk_is_the_first_window(synth: Synthesizer) -> None:
+    schedule = WindowSchedule(first=8, growth=2.0, max=128)
+    first = next(iter(synth.stream(SENTENCES[0], DETERMINISTIC, schedule)))
+    assert first.offset == 0
+    assert len(first.samples) == 8 * synth.hop
+
+
+def test_stream_pcm_equals_whole_synthesis(synth: Synthesizer) -> None:
+    text = "First sentence here. And a second one!"
+    chunks = list(synth.stream(text, DETERMINISTIC))
+    streamed = np.concatenate([c.samples for c in chunks])
+    whole = synth.synthesize(text, DETERMINISTIC)
+    assert streamed.shape == whole.shape
+    assert np.max(np.abs(streamed.astype(np.int32) - whole.astype(np.int32))) <= 33  # 1e-3 FS
+    offsets = [c.offset for c in chunks]
+    assert offsets == sorted(offsets)
+    assert [c.last for c in chunks].count(True) == 1 and chunks[-1].last
+    assert {c.sentence for c in chunks} == {0, 1}
+    for a, b in itertools.pairwise(chunks):
+        assert b.offset == a.offset + len(a.samples)
+
+
+def test_audio_is_finite_unclipped_and_audible(synth: Synthesizer) -> None:
+    for text in SENTENCES:
+        for sentence in synth.sentences(text):
+            audio = synth.one_shot(sentence.ids, SynthesisParams())
+            assert np.all(np.isfinite(audio))
+            assert np.max(np.abs(audio)) < 1.0  # nothing clipped by the PCM16 conversion
+            pcm = to_pcm16(audio)
+            assert np.sqrt(np.mean(pcm.astype(np.float64) ** 2)) > 300  # well above silence
+
+
+def test_duration_is_monotone_in_speed(synth: Synthesizer) -> None:
+    text = "Duration should follow the speaking rate."
+    lengths = [
+        len(synth.synthesize(text, SynthesisParams(speed=s, noise_scale=0.0, noise_w=0.0)))
+        for s in (0.5, 0.8, 1.0, 1.5, 2.5)
+    ]
+    assert lengths == sorted(lengths, reverse=True)
+    assert lengths[0] > 1.5 * lengths[2] and lengths[2] > 1.5 * lengths[-1]
+
+
+def test_noise_makes_renditions_differ_and_zero_noise_repeats(synth: Synthesizer) -> None:
+    text = "Say it again."
+    a = synth.synthesize(text, DETERMINISTIC)
+    b = synth.synthesize(text, DETERMINISTIC)
+    assert np.array_equal(a, b)
+    c = synth.synthesize(text, SynthesisParams(noise_scale=0.667, noise_w=0.0))
+    d = synth.synthesize(text, SynthesisParams(noise_scale=0.667, noise_w=0.0))
+    assert not np.array_equal(c, d)
+
+
+def test_sentence_silence_is_inserted(synth: Synthesizer) -> None:
+    text = "One. Two."
+    base = synth.synthesize(text, SynthesisParams(noise_scale=0, noise_w=0, sentence_silence=0))
+    longer = synth.synthesize(text, SynthesisParams(noise_scale=0, noise_w=0, sentence_silence=1))
+    assert len(longer) - len(base) == synth.sample_rate
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("speed", 0.0), ("speed", 10.0), ("noise_scale", -1.0), ("noise_w", 3.0),
+     ("sentence_silence", -0.1)],
+)  # fmt: skip
+def test_parameters_are_range_checked(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=field):
+        SynthesisParams(**{field: value})
+
+
+TORTURE = {
+    "empty": "",
+    "whitespace": " \t\n  ",
+    "emoji only": "😀🎉👍",
+    "control characters": "\x00\x07abc\x1b[31m def\x7f",
+    "one character": "a",
+    "digits and currency": "$1,234.56 and €7 for 3/4 of 99.9% at 12:00",
+    "mixed scripts": "Hello мир 世界 مرحبا",
+    "text..": "text..",
+    "?!": "?!",
+    "symbols only": "$$$ %%% ***",
+    "zero width": "\u200b\u200d\ufeff",
+    "combining marks": "e\u0301\u0301\u0301 cafe\u0301",
+    "long": ("All work and no play makes Jack a dull boy, " * 120)[:5000],
+}
+
+
+@pytest.mark.parametrize("text", TORTURE.values(), ids=TORTURE.keys())
+def test_torture_gives_audio_or_typed_error(text: str, synth: Synthesizer) -> None:
+    try:
+        chunks = list(synth.stream(text, DETERMINISTIC))
+    except NothingToSay as exc:
+        assert exc.status == 422 and exc.field == "text"
+        return
+    pcm = np.concatenate([c.samples for c in chunks])
+    assert len(pcm) > 0
+    assert chunks[-1].last
