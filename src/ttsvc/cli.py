@@ -61,6 +61,21 @@ def _add_synth(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--first-window", type=int, default=None, help="frames in the first window")
 
 
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="run the HTTP service (gateway + worker pool)")
+    p.add_argument("--host", default=None)
+    p.add_argument("--port", type=int, default=None, help="default 9000")
+    p.add_argument("--workers", type=int, default=None, help="default: CPU count")
+    p.add_argument("--engines-dir", type=Path, default=None)
+    p.add_argument("--voice", default=None)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--max-streams-per-worker", type=int, default=None)
+    p.add_argument("--queue-timeout", type=float, default=None, dest="queue_timeout_s")
+    p.add_argument("--drain-grace", type=float, default=None, dest="drain_grace_s")
+    p.add_argument("--no-multiplex", action="store_false", default=None, dest="multiplex")
+    p.add_argument("--first-window", type=int, default=None, help="frames in the first window")
+
+
 def _add_engines(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("engines", help="inspect the engine repository")
     p.add_argument("action", choices=["ls"])
@@ -73,13 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_compile(sub)
     _add_synth(sub)
+    _add_serve(sub)
     _add_engines(sub)
     return parser
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
     names = {"engines_dir": "engines_dir", "voice": "voice", "threads": "threads",
-             "first_window": "first_window_frames", "output_dir": "engines_dir"}  # fmt: skip
+             "first_window": "first_window_frames", "output_dir": "engines_dir",
+             "host": "host", "port": "port", "workers": "workers",
+             "max_streams_per_worker": "max_streams_per_worker",
+             "queue_timeout_s": "queue_timeout_s", "drain_grace_s": "drain_grace_s",
+             "multiplex": "multiplex"}  # fmt: skip
     return {
         field: getattr(args, flag)
         for flag, field in names.items()
@@ -176,6 +196,15 @@ def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from ttsvc.gateway.server import serve  # noqa: PLC0415
+
+    path = resolve_engines(settings, settings.voice)
+    get_logger("serve").info("serving", engines=str(path), port=settings.port,
+                             workers=settings.workers)  # fmt: skip
+    return serve(settings, path, settings.voice)
+
+
 def cmd_engines(args: argparse.Namespace, settings: Settings) -> int:
     from ttsvc.repository.layout import EngineRepository  # noqa: PLC0415
     from ttsvc.repository.manifest import load_manifest  # noqa: PLC0415
@@ -204,7 +233,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ttsvc: invalid settings: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
-    commands = {"compile": cmd_compile, "synth": cmd_synth, "engines": cmd_engines}
+    commands = {
+        "compile": cmd_compile,
+        "synth": cmd_synth,
+        "serve": cmd_serve,
+        "engines": cmd_engines,
+    }
     try:
         return commands[args.command](args, settings)
     except TTSError as exc:

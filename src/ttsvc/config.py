@@ -7,6 +7,7 @@ useless instead of letting them fail later inside a worker.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field, model_validator
@@ -38,6 +39,21 @@ class Settings(BaseSettings):
     """Sentences longer than this are split at clauses for streaming."""
     max_text_chars: int = Field(4096, ge=1, le=100_000)
     """Longest text accepted per request."""
+    host: str = "0.0.0.0"  # a container: listen on every interface
+    """Address ``ttsvc serve`` listens on."""
+    port: int = Field(9000, ge=1, le=65535)
+    workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=256)
+    """Worker processes (default: one per CPU)."""
+    multiplex: bool = True
+    """Interleave streams window by window in a worker (off: one whole request at a time)."""
+    max_streams_per_worker: int = Field(8, ge=1, le=1024)
+    """Streams admitted per worker; beyond, 429 with Retry-After."""
+    queue_timeout_s: float = Field(10.0, gt=0, le=600)
+    """A request that gets no first audio within this is failed (503) and cancelled."""
+    max_body_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
+    """Request bodies over this get 413."""
+    drain_grace_s: float = Field(30.0, ge=0, le=3600)
+    """On SIGTERM, how long in-flight streams get to finish."""
     compile_default_voice: bool = True
     """Compile the packaged default voice when the engines directory has none."""
     log_level: str = "info"

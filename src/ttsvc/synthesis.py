@@ -70,9 +70,11 @@ class WindowSchedule:
         start, size = 0, self.first
         while start < frames:
             end = min(frames, start + size)
+            size = min(self.max, max(size + 1, int(size * self.growth)))
+            if start > 0 and frames - end < size // 2:
+                end = frames  # a short tail costs a window's context for little audio: merge it
             out.append((start, end))
             start = end
-            size = min(self.max, max(size + 1, int(size * self.growth)))
         return out
 
 
@@ -155,20 +157,18 @@ class Synthesizer:
         sentences = self.sentences(text)
         silence = np.zeros(round(params.sentence_silence * self.sample_rate), np.int16)
         offset = 0
+        schedule = schedule or self.schedule
         for index, sentence in enumerate(sentences):
             last_sentence = index == len(sentences) - 1
-            parts = self.windows(self.latents(sentence.ids, params), schedule)
-            current = next(parts)
-            for following in parts:
-                pcm = to_pcm16(current)
-                yield AudioChunk(pcm, offset, index, last=False)
+            latents = self.latents(sentence.ids, params)
+            count = len(schedule.windows(latents.shape[2]))
+            # no look-ahead: each window is sent as soon as it is computed
+            for number, audio in enumerate(self.windows(latents, schedule), start=1):
+                pcm = to_pcm16(audio)
+                if number == count and not last_sentence and len(silence):
+                    pcm = np.concatenate([pcm, silence])
+                yield AudioChunk(pcm, offset, index, last=last_sentence and number == count)
                 offset += len(pcm)
-                current = following
-            pcm = to_pcm16(current)
-            if not last_sentence and len(silence):
-                pcm = np.concatenate([pcm, silence])
-            yield AudioChunk(pcm, offset, index, last=last_sentence)
-            offset += len(pcm)
 
     def synthesize(self, text: str, params: SynthesisParams | None = None) -> Pcm16:
         """The whole utterance at once (one-shot per sentence), with the same silences."""

@@ -49,13 +49,20 @@ Backend = Literal["ort", "trt"]
 CANARY_TEXTS = (
     "The quick brown fox jumps over the lazy dog.",
     "Is this the right way to the station?",
+    "Are you calling about an existing order?",
 )
 """Sentences every build is checked with (and int8 candidates are scored on)."""
 
 ONE_SHOT_TOLERANCE = 1e-4
 """Max sample difference allowed between the split fp32 engines and the original graph."""
-CONTEXT_TOLERANCE = 1e-4
-"""Max sample difference windowed vs one-shot that the measured frame context must achieve."""
+CONTEXT_TOLERANCE = 1e-5
+"""Max sample difference windowed vs one-shot, on the canaries, that the context must achieve.
+
+100x below the 1e-3 the tests demand, because other sentences need more context than the
+canaries: 24 frames met 1e-4 on the canaries but left 2.3e-3 on one benchmark sentence.
+"""
+CONTEXT_MARGIN = 4
+"""Frames added on each side beyond what the canaries needed."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +125,7 @@ def _quantize_int8(src: Path, dst: Path) -> None:
 
 def calibrate_context(
     waveform: Callable[[np.ndarray], np.ndarray],
-    latents: np.ndarray,
+    latents_list: list[np.ndarray],
     hop: int,
     tolerance: float = CONTEXT_TOLERANCE,
 ) -> FrameContext:
@@ -127,23 +134,25 @@ def calibrate_context(
     Measured instead of derived from the architecture, so a voice with other kernel sizes or
     dilations gets the right context automatically.
     """
-    frames = latents.shape[2]
-    reference = waveform(latents)
+    references = [waveform(latents) for latents in latents_list]
     window = 16
 
     def error(left: int, right: int) -> float:
         worst = 0.0
-        for start in range(0, frames, window):
-            end = min(frames, start + window)
-            lo, hi = max(0, start - left), min(frames, end + right)
-            part = waveform(latents[:, :, lo:hi])[(start - lo) * hop : (end - lo) * hop]
-            worst = max(worst, float(np.max(np.abs(part - reference[start * hop : end * hop]))))
+        for latents, reference in zip(latents_list, references, strict=True):
+            frames = latents.shape[2]
+            for start in range(0, frames, window):
+                end = min(frames, start + window)
+                lo, hi = max(0, start - left), min(frames, end + right)
+                part = waveform(latents[:, :, lo:hi])[(start - lo) * hop : (end - lo) * hop]
+                diff = np.abs(part - reference[start * hop : end * hop])
+                worst = max(worst, float(np.max(diff)))
         return worst
 
     wide = 96
     candidates = list(range(4, wide + 1, 4))
-    right = next((r for r in candidates if error(wide, r) <= tolerance), wide)
-    left = next((c for c in candidates if error(c, right) <= tolerance), wide)
+    right = next((r for r in candidates if error(wide, r) <= tolerance), wide) + CONTEXT_MARGIN
+    left = next((c for c in candidates if error(c, right) <= tolerance), wide) + CONTEXT_MARGIN
     measured = error(left, right)
     if measured > tolerance:
         raise GraphShapeError(
@@ -203,7 +212,7 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
             name: file_entry(staging / name) for name in (ACOUSTIC_FILE, VOCODER_FILE, VOICE_FILE)
         }
         manifest = _manifest(opts, version, precision, voice, context, files, split.split_at)
-        manifest.latent_channels = int(latents_for_context.shape[1])
+        manifest.latent_channels = int(latents_for_context[0].shape[1])
         manifest.quality.update(quality)
         manifest.quality["one_shot_max_abs_error"] = reference.max_abs_error
         write_manifest(staging, manifest)
@@ -222,7 +231,7 @@ class _Reference:
 
     ids: list[list[int]]
     audio: list[np.ndarray]
-    latents: np.ndarray
+    latents: list[np.ndarray]
     waveform: Callable[[np.ndarray], np.ndarray]
     max_abs_error: float
 
@@ -268,10 +277,11 @@ def _checked_reference(
     ids_list = _canary_ids(voice)
     worst = 0.0
     audio: list[np.ndarray] = []
-    latents = np.zeros((1, 1, 0), np.float32)
+    latents: list[np.ndarray] = []
     for ids in ids_list:
         expected = np.asarray(original.run(None, _feed(ids))[0]).reshape(-1)
-        latents, got = _run_split(acoustic, vocoder, ids)
+        sentence_latents, got = _run_split(acoustic, vocoder, ids)
+        latents.append(sentence_latents)
         if got.shape != expected.shape:
             raise GraphShapeError(
                 f"split engines give {got.shape} samples, original {expected.shape}"

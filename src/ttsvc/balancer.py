@@ -1,0 +1,357 @@
+"""Heat-score routing policy: which worker process gets the next synthesis stream.
+
+Pure policy, no IO: the module owns no sockets, processes, threads, tasks or timers, and reads time
+only through an injected clock, so it is exercised with a fake clock in unit tests and driven by a
+simulated clock in ``benchmarks/balancer_sim.py``. The gateway feeds it what it learns (worker
+registrations, heartbeats, queue reports, measured time-to-first-audio, stream completions) and
+asks it for a worker id; mapping :class:`NoWorkerAvailable` to HTTP 503 is the gateway's job.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = [
+    "BalancerSettings",
+    "Clock",
+    "HeatScoreBalancer",
+    "NoWorkerAvailable",
+    "WorkerState",
+]
+
+Clock = Callable[[], float]
+"""Monotonic seconds (``time.monotonic`` in production, a fake or simulated clock elsewhere)."""
+
+MAX_SCORE = 100.0
+"""Upper bound of a heat score, and the score a worker starts with when it registers READY."""
+
+_SEED_REFERENCE_MS = 50.0
+"""Seed-formula milliseconds that a worker exactly at ``reference_ttfa_ms`` is scored as."""
+
+_CLOCK_EPSILON = 1e-9
+"""Tolerance on interval comparisons, so 0.1 s + 0.1 s of float clock counts as 0.2 s."""
+
+
+class NoWorkerAvailable(RuntimeError):
+    """No registered worker is ready with a fresh heartbeat: the gateway answers 503.
+
+    This is the circuit breaker: requests fail fast instead of queueing behind dead workers. The
+    ``status`` and ``type`` attributes follow the convention of :mod:`ttsvc.errors` so the gateway
+    can map it through the same table.
+    """
+
+    status: int = 503
+    type: str = "no_worker_available"
+
+    def __init__(self, registered: int, live: int) -> None:
+        super().__init__(
+            f"no worker available: {live} of {registered} registered workers are live "
+            "(ready with a heartbeat younger than the timeout)"
+        )
+        self.registered = registered
+        """Workers known to the balancer when the pick failed."""
+        self.live = live
+        """Workers that qualified (always 0 when raised by :meth:`HeatScoreBalancer.pick`)."""
+
+
+def _require_finite_positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class BalancerSettings:
+    """Tuning constants of :class:`HeatScoreBalancer`; validated on construction."""
+
+    refresh_interval: float = 0.2
+    """Seconds between score refreshes; observed latencies are folded in at most this often."""
+    heartbeat_timeout: float = 5.0
+    """A worker whose last heartbeat is this many seconds old (or older) is not routed to."""
+    slow_latency_ms: float = 1000.0
+    """Normalized latency (seed milliseconds) above which an observation counts as a slow strike."""
+    slow_strikes: int = 3
+    """Consecutive slow observations that halve a worker's score (cold standby)."""
+    decay: float = 0.9
+    """Weight of the previous score in ``score = min(100, decay * score + bonus)``; in (0, 1)."""
+    reference_ttfa_ms: float = 50.0
+    """Time-to-first-audio expected of a healthy worker on this deployment (CPU or GPU); it is
+    scored like a 50 ms latency in the seed formula (bonus 50)."""
+
+    def __post_init__(self) -> None:
+        _require_finite_positive("refresh_interval", self.refresh_interval)
+        _require_finite_positive("heartbeat_timeout", self.heartbeat_timeout)
+        _require_finite_positive("slow_latency_ms", self.slow_latency_ms)
+        _require_finite_positive("reference_ttfa_ms", self.reference_ttfa_ms)
+        if (
+            isinstance(self.slow_strikes, bool)
+            or not isinstance(self.slow_strikes, int)
+            or self.slow_strikes < 1
+        ):
+            raise ValueError(f"slow_strikes must be an int >= 1, got {self.slow_strikes!r}")
+        if isinstance(self.decay, bool) or not (0.0 < self.decay < 1.0):
+            raise ValueError(f"decay must be in the open interval (0, 1), got {self.decay!r}")
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    """Read-only view of one worker as the balancer sees it (for /health, logs and tests)."""
+
+    id: int
+    """Worker id, as given to :meth:`HeatScoreBalancer.add_worker`."""
+    score: float
+    """Heat score in [0, 100]; higher is healthier."""
+    qsize: int
+    """Streams in flight and queued: the worker's last report, plus picks and minus releases
+    since."""
+    inflight: int
+    """Streams the gateway dispatched to this worker and has not released yet."""
+    last_heartbeat: float
+    """Clock time of the worker's last heartbeat (or of its registration)."""
+    ready: bool
+    """Whether the worker accepts new streams (False while draining)."""
+    live: bool
+    """Ready and heartbeat younger than ``heartbeat_timeout`` at snapshot time: routable."""
+
+    @property
+    def load(self) -> int:
+        """The queue size routing uses: ``max(qsize, inflight)``."""
+        return max(self.qsize, self.inflight)
+
+
+@dataclass(slots=True)
+class _Worker:
+    """Mutable per-worker bookkeeping; private to the balancer."""
+
+    id: int
+    last_heartbeat: float
+    score: float = MAX_SCORE
+    qsize: int = 0
+    inflight: int = 0
+    ready: bool = True
+    strikes: int = 0
+    pending: list[float] = field(default_factory=list)
+    """Normalized latencies observed since the last refresh, oldest first."""
+
+
+class HeatScoreBalancer:
+    """Routes each new stream to the worker with the smallest ``(load + 1) / (score + 1)``.
+
+    Lives in the gateway process and is owned by its asyncio event loop: every call is a short,
+    synchronous bookkeeping step. It is not thread-safe by design, since a single loop owns it; do
+    not share an instance across threads or processes.
+
+    Rules (constants in :class:`BalancerSettings`):
+
+    * A worker registers READY with score 100 (:meth:`add_worker`) and leaves on
+      :meth:`remove_worker`. :meth:`set_ready` marks it draining (not routed to) and back.
+    * Each observation yields a latency ``L`` (see fix 2); ``bonus = max(0, 100 - L)`` and
+      ``score = min(100, decay * score + bonus)``.
+    * Observations are buffered and folded into the scores, in arrival order, by :meth:`refresh`,
+      at most once every ``refresh_interval`` (200 ms). Every read (:meth:`pick`,
+      :meth:`snapshot`, :meth:`pool_score`, :meth:`live_workers`) calls :meth:`refresh` first, so
+      scores never lag by more than one interval while the gateway is busy.
+    * ``slow_strikes`` (3) consecutive observations with ``L > slow_latency_ms`` (1 s) halve the
+      score after the formula is applied (cold standby); the counter then restarts at 0, and any
+      observation with ``L <= slow_latency_ms`` resets it.
+    * :meth:`pick` considers workers that are ready and whose heartbeat is younger than
+      ``heartbeat_timeout`` (5 s); ties are broken by the lowest worker id; with none, it raises
+      :class:`NoWorkerAvailable` (the gateway answers 503: circuit breaker).
+
+    Fixes over the seed sketch:
+
+    1. Heartbeats are explicit. The seed treated "last used" as the heartbeat, so a healthy but
+       idle worker aged out and was evicted. Here only :meth:`heartbeat` (from the worker's
+       periodic report) and registration refresh ``last_heartbeat``; dispatching does not, and
+       idleness never evicts a worker that keeps reporting.
+    2. Latency is normalized. A raw latency is not comparable across text lengths or across CPU
+       and GPU deployments, so the caller reports time-to-first-audio (which depends on the first
+       chunk only, not on the length of the text) and the formula is fed
+       ``L = ttfa_ms * 50 / reference_ttfa_ms``: a worker exactly at the deployment's reference
+       TTFA scores like the seed's 50 ms latency (bonus 50), twice the reference like 100 ms
+       (bonus 0). The slow-strike rule compares the same ``L`` with ``slow_latency_ms``, i.e. 20x
+       the reference by default.
+    3. Dispatches count at once. The seed routed on the worker's reported queue size, which lags,
+       so a burst between two reports landed on a single worker. :meth:`pick` increments the
+       chosen worker's ``qsize`` and ``inflight`` immediately and :meth:`release` decrements both
+       (never below 0). :meth:`report` overwrites ``qsize`` with the worker's own count, which is
+       then kept current by the picks and releases that follow it (a report one second old does
+       not keep counting streams that have ended since). ``inflight`` is the gateway's own count,
+       which no report touches, and routing uses ``load = max(qsize, inflight)``: a report can
+       raise the load (work the gateway does not know about) but cannot hide dispatches the
+       worker had not seen yet when it reported.
+
+    Calls about an id that is not registered (a late report or release from a worker already
+    removed) are ignored and return False, because on a live system they are a normal race, not a
+    bug.
+    """
+
+    def __init__(self, settings: BalancerSettings, clock: Clock) -> None:
+        """Create an empty pool; ``clock`` returns monotonic seconds (``time.monotonic``)."""
+        self._settings = settings
+        self._clock = clock
+        self._workers: dict[int, _Worker] = {}
+        self._last_refresh = clock()
+
+    @property
+    def settings(self) -> BalancerSettings:
+        """The settings this balancer was built with."""
+        return self._settings
+
+    # -- membership ------------------------------------------------------------------------------
+
+    def add_worker(self, worker_id: int) -> None:
+        """Register a worker as READY: score 100, empty queue, heartbeat now.
+
+        Registering an id again (a restarted worker) starts it afresh.
+        """
+        self._workers[worker_id] = _Worker(id=worker_id, last_heartbeat=self._clock())
+
+    def remove_worker(self, worker_id: int) -> bool:
+        """Forget a dead worker; returns whether it was registered."""
+        return self._workers.pop(worker_id, None) is not None
+
+    def set_ready(self, worker_id: int, ready: bool) -> bool:
+        """Mark a worker draining (``False``: no new streams) or ready again."""
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return False
+        worker.ready = ready
+        return True
+
+    # -- worker reports --------------------------------------------------------------------------
+
+    def heartbeat(self, worker_id: int) -> bool:
+        """Record a heartbeat from the worker at the current clock time."""
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return False
+        worker.last_heartbeat = self._clock()
+        return True
+
+    def report(self, worker_id: int, qsize: int) -> bool:
+        """Record the worker's own count of streams in flight and queued."""
+        if qsize < 0:
+            raise ValueError(f"qsize must be >= 0, got {qsize}")
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return False
+        worker.qsize = qsize
+        return True
+
+    def observe(self, worker_id: int, ttfa_ms: float) -> bool:
+        """Record a measured time-to-first-audio; folded into the score at the next refresh."""
+        if isinstance(ttfa_ms, bool) or not math.isfinite(ttfa_ms) or ttfa_ms < 0:
+            raise ValueError(f"ttfa_ms must be a finite number >= 0, got {ttfa_ms!r}")
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return False
+        worker.pending.append(self.normalized_latency_ms(ttfa_ms))
+        return True
+
+    def normalized_latency_ms(self, ttfa_ms: float) -> float:
+        """The latency the score formula sees: ``ttfa_ms * 50 / reference_ttfa_ms``."""
+        return ttfa_ms * (_SEED_REFERENCE_MS / self._settings.reference_ttfa_ms)
+
+    # -- scoring ---------------------------------------------------------------------------------
+
+    def refresh(self) -> bool:
+        """Fold buffered observations into the scores if ``refresh_interval`` has elapsed.
+
+        Returns whether a refresh happened. Called by every read; calling it more often is
+        harmless.
+        """
+        now = self._clock()
+        if now - self._last_refresh < self._settings.refresh_interval - _CLOCK_EPSILON:
+            return False
+        self._last_refresh = now
+        s = self._settings
+        for worker in self._workers.values():
+            for latency_ms in worker.pending:
+                bonus = max(0.0, MAX_SCORE - latency_ms)
+                worker.score = min(MAX_SCORE, s.decay * worker.score + bonus)
+                if latency_ms > s.slow_latency_ms:
+                    worker.strikes += 1
+                    if worker.strikes >= s.slow_strikes:
+                        worker.score /= 2.0
+                        worker.strikes = 0
+                else:
+                    worker.strikes = 0
+            worker.pending.clear()
+        return True
+
+    # -- routing ---------------------------------------------------------------------------------
+
+    def _is_live(self, worker: _Worker, now: float) -> bool:
+        return worker.ready and now - worker.last_heartbeat < self._settings.heartbeat_timeout
+
+    def pick(self) -> int:
+        """Choose a worker for a new stream and count the dispatch on it at once.
+
+        The caller must call :meth:`release` with the returned id when the stream ends (in a
+        ``finally``), whatever the outcome.
+
+        Raises:
+            NoWorkerAvailable: no registered worker is ready with a fresh heartbeat.
+        """
+        self.refresh()
+        now = self._clock()
+        best: _Worker | None = None
+        best_key = (math.inf, 0)
+        for worker in self._workers.values():
+            if not self._is_live(worker, now):
+                continue
+            load = max(worker.qsize, worker.inflight)
+            key = ((load + 1) / (worker.score + 1), worker.id)
+            if best is None or key < best_key:
+                best, best_key = worker, key
+        if best is None:
+            raise NoWorkerAvailable(registered=len(self._workers), live=0)
+        best.inflight += 1
+        best.qsize += 1
+        return best.id
+
+    def release(self, worker_id: int) -> bool:
+        """A stream dispatched by :meth:`pick` ended: decrement ``inflight`` and ``qsize``.
+
+        Neither goes below 0.
+        """
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return False
+        worker.inflight = max(0, worker.inflight - 1)
+        worker.qsize = max(0, worker.qsize - 1)
+        return True
+
+    # -- views -----------------------------------------------------------------------------------
+
+    def live_workers(self) -> list[int]:
+        """Ids of the workers :meth:`pick` may choose now, ascending."""
+        self.refresh()
+        now = self._clock()
+        return sorted(w.id for w in self._workers.values() if self._is_live(w, now))
+
+    def snapshot(self) -> list[WorkerState]:
+        """State of every registered worker, by ascending id."""
+        self.refresh()
+        now = self._clock()
+        return [
+            WorkerState(
+                id=w.id,
+                score=w.score,
+                qsize=w.qsize,
+                inflight=w.inflight,
+                last_heartbeat=w.last_heartbeat,
+                ready=w.ready,
+                live=self._is_live(w, now),
+            )
+            for w in sorted(self._workers.values(), key=lambda w: w.id)
+        ]
+
+    def pool_score(self) -> float:
+        """Mean score of live workers (0.0 when none), for ``/health``: ``{"score": x}``."""
+        self.refresh()
+        now = self._clock()
+        scores = [w.score for w in self._workers.values() if self._is_live(w, now)]
+        return sum(scores) / len(scores) if scores else 0.0

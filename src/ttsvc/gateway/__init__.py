@@ -1,0 +1,1 @@
+"""The HTTP gateway: FastAPI app, admission, streaming responses, health, drain."""

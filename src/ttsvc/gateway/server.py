@@ -1,0 +1,67 @@
+"""uvicorn with a drain on SIGTERM: readiness and new synthesis go 503 at once, in-flight streams
+get ``drain_grace_s`` to finish, then the server and its workers stop and the process exits 0.
+A second SIGTERM exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+
+from ttsvc.config import Settings
+from ttsvc.gateway.app import GatewayState, create_app
+from ttsvc.observability.logs import get_logger
+
+log = get_logger("server")
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server whose first exit signal drains instead of stopping."""
+
+    def __init__(self, config: uvicorn.Config, state: GatewayState, grace_s: float) -> None:
+        super().__init__(config)
+        self.gateway = state
+        self.grace_s = grace_s
+        self._draining = False
+        self._drain_task: asyncio.Task[None] | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._draining:
+            self.should_exit = True
+            self.force_exit = True
+            return
+        self._draining = True
+        self.gateway.draining = True
+        log.info("draining", signal=sig, inflight=self.gateway.inflight, grace_s=self.grace_s)
+        loop = asyncio.get_event_loop()
+        loop.call_soon_threadsafe(self._start_drain)
+
+    def _start_drain(self) -> None:
+        self._drain_task = asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.gateway.idle.wait(), self.grace_s)
+        log.info("drained", inflight=self.gateway.inflight)
+        self.should_exit = True
+
+
+def serve(settings: Settings, engines_path: Path, voice: str) -> int:
+    """Run the gateway until drained; returns the process exit code."""
+    app = create_app(settings, engines_path, voice)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=int(settings.drain_grace_s) + 5,
+    )
+    server = DrainingServer(config, app.state.gateway, settings.drain_grace_s)
+    server.run()
+    return 0

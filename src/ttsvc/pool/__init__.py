@@ -1,0 +1,1 @@
+"""Worker pool: spawn, READY handshake, heartbeats, respawn; per-request mailboxes."""

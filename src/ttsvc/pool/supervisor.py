@@ -1,0 +1,215 @@
+"""Spawns and watches worker processes; demultiplexes their messages into request mailboxes.
+
+Lives in the gateway process. One reader thread per worker blocks on its pipe and hands each
+message to the event loop (``call_soon_threadsafe``), so the loop never blocks on IO. A worker
+that dies fails only its own streams and is respawned with backoff; it is routed to again only
+after it says READY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing as mp
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+from ttsvc.balancer import HeatScoreBalancer
+from ttsvc.observability.logs import get_logger
+from ttsvc.protocol import (
+    AudioChunkMsg,
+    CancelStream,
+    FromWorker,
+    Heartbeat,
+    Shutdown,
+    StreamDone,
+    StreamError,
+    SynthesisJob,
+    ToWorker,
+    WorkerReady,
+)
+from ttsvc.worker.process import run_worker
+
+log = get_logger("pool")
+Mailbox = asyncio.Queue[AudioChunkMsg | StreamDone | StreamError]
+
+
+@dataclass
+class WorkerSpec:
+    """How every worker of the pool is started."""
+
+    engines_path: Path
+    threads: int
+    schedule: tuple[int, float, int]
+    max_sentence_chars: int
+    multiplex: bool = True
+
+
+@dataclass
+class _WorkerHandle:
+    """The gateway's view of one worker process."""
+
+    id: int
+    process: BaseProcess
+    conn: Connection
+    ready: WorkerReady | None = None
+    streams: set[str] = field(default_factory=set)
+    send_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class WorkerPool:
+    """Owns the worker processes and the mailboxes of in-flight requests (gateway process)."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        size: int,
+        balancer: HeatScoreBalancer,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.spec = spec
+        self.size = size
+        self.balancer = balancer
+        self.loop = loop
+        self.workers: dict[int, _WorkerHandle] = {}
+        self.mailboxes: dict[str, Mailbox] = {}
+        self.restarts = 0
+        self._closing = False
+        self._ctx = mp.get_context("spawn")
+        self._failures: dict[int, int] = {}
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn every worker; READY arrives later through the reader threads."""
+        for wid in range(self.size):
+            self._spawn(wid)
+
+    def _spawn(self, wid: int) -> None:
+        parent, child = self._ctx.Pipe(duplex=True)
+        spec = self.spec
+        process = self._ctx.Process(
+            target=run_worker,
+            args=(wid, str(spec.engines_path), spec.threads, spec.schedule,
+                  spec.max_sentence_chars, spec.multiplex, child),
+            name=f"ttsvc-worker-{wid}",
+            daemon=True,
+        )  # fmt: skip
+        process.start()
+        child.close()
+        handle = _WorkerHandle(wid, process, parent)
+        self.workers[wid] = handle
+        threading.Thread(
+            target=self._read, args=(handle,), name=f"reader-{wid}", daemon=True
+        ).start()
+        log.info("worker_spawned", worker=wid, pid=process.pid)
+
+    def _read(self, handle: _WorkerHandle) -> None:
+        """Reader thread: forward every message to the loop; report EOF as the worker's death."""
+        while True:
+            try:
+                msg = handle.conn.recv()
+            except (EOFError, OSError):
+                break
+            self.loop.call_soon_threadsafe(self._on_message, handle, msg)
+        handle.process.join()
+        self.loop.call_soon_threadsafe(self._on_exit, handle)
+
+    def ready_count(self) -> int:
+        """Workers that said READY and are alive."""
+        return sum(1 for w in self.workers.values() if w.ready is not None)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Ask workers to exit, then make sure they did."""
+        self._closing = True
+        for handle in list(self.workers.values()):
+            with contextlib.suppress(OSError, ValueError):
+                self._send(handle, Shutdown())
+        deadline = time.monotonic() + timeout
+        for handle in list(self.workers.values()):
+            remaining = max(0.0, deadline - time.monotonic())
+            await asyncio.to_thread(handle.process.join, remaining)
+            if handle.process.is_alive():
+                handle.process.kill()
+
+    # --- messages (on the event loop) --------------------------------------------------------
+
+    def _on_message(self, handle: _WorkerHandle, msg: FromWorker) -> None:
+        if self.workers.get(handle.id) is not handle:
+            return  # a message from a replaced worker
+        if isinstance(msg, WorkerReady):
+            handle.ready = msg
+            self._failures[handle.id] = 0
+            self.balancer.add_worker(handle.id)
+            self.balancer.heartbeat(handle.id)
+            log.info("worker_ready", worker=handle.id, engine_version=msg.engine_version)
+        elif isinstance(msg, Heartbeat):
+            self.balancer.heartbeat(handle.id)
+            self.balancer.report(handle.id, msg.qsize)
+        else:
+            if isinstance(msg, StreamDone | StreamError):
+                handle.streams.discard(msg.uid)
+                self.balancer.release(handle.id)
+            box = self.mailboxes.get(msg.uid)
+            if box is not None:
+                box.put_nowait(msg)
+
+    def _on_exit(self, handle: _WorkerHandle) -> None:
+        if self.workers.get(handle.id) is not handle:
+            return
+        code = handle.process.exitcode
+        self.balancer.remove_worker(handle.id)
+        for uid in list(handle.streams):
+            box = self.mailboxes.get(uid)
+            if box is not None:
+                box.put_nowait(
+                    StreamError(uid, 503, "worker_died", f"worker {handle.id} exited ({code})")
+                )
+        handle.streams.clear()
+        if self._closing:
+            return
+        failures = self._failures.get(handle.id, 0) + 1
+        self._failures[handle.id] = failures
+        self.restarts += 1
+        delay = min(30.0, 0.5 * 2 ** (failures - 1))
+        log.warning("worker_died", worker=handle.id, exitcode=code, respawn_in_s=delay)
+        self.loop.call_later(delay, self._respawn, handle.id)
+
+    def _respawn(self, wid: int) -> None:
+        if not self._closing:
+            self._spawn(wid)
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def _send(self, handle: _WorkerHandle, msg: ToWorker) -> None:
+        with handle.send_lock:
+            handle.conn.send(msg)
+
+    async def submit(self, wid: int, job: SynthesisJob) -> Mailbox:
+        """Send a job to a worker chosen by the balancer; its messages arrive in the mailbox."""
+        handle = self.workers[wid]
+        box: Mailbox = asyncio.Queue()
+        self.mailboxes[job.uid] = box
+        handle.streams.add(job.uid)
+        try:
+            await asyncio.to_thread(self._send, handle, job)
+        except (OSError, ValueError):
+            handle.streams.discard(job.uid)
+            self.balancer.release(wid)
+            box.put_nowait(StreamError(job.uid, 503, "worker_died", f"worker {wid} unreachable"))
+        return box
+
+    async def cancel(self, wid: int, uid: str) -> None:
+        """Tell a worker to drop a stream whose client went away."""
+        handle = self.workers.get(wid)
+        if handle is not None and uid in handle.streams:
+            with contextlib.suppress(OSError, ValueError):
+                await asyncio.to_thread(self._send, handle, CancelStream(uid))
+
+    def forget(self, uid: str) -> None:
+        """The request is over on the gateway side: drop its mailbox."""
+        self.mailboxes.pop(uid, None)

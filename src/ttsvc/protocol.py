@@ -1,0 +1,95 @@
+"""Typed messages between the gateway and its worker processes.
+
+A leaf module: plain frozen dataclasses, no IO. Messages travel over a ``multiprocessing`` pipe;
+audio travels as ``bytes`` (PCM16 little-endian), which pickles as one raw copy, never as a
+pickled array. Every stream ends in exactly one final message: ``StreamDone`` or ``StreamError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# --- gateway → worker ---
+
+
+@dataclass(frozen=True)
+class SynthesisJob:
+    """Start one stream on a worker."""
+
+    uid: str
+    """Request id, also in the response header and every log line."""
+    text: str
+    speed: float
+    noise_scale: float | None
+    noise_w: float | None
+    sentence_silence: float
+
+
+@dataclass(frozen=True)
+class CancelStream:
+    """The client went away: stop computing ``uid`` at the next window boundary."""
+
+    uid: str
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Finish nothing more; exit."""
+
+
+# --- worker → gateway ---
+
+
+@dataclass(frozen=True)
+class WorkerReady:
+    """Engines loaded and a warm-up synthesis passed: the worker may be routed to."""
+
+    worker: int
+    voice: str
+    engine_version: int
+    sample_rate: int
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Sent on a fixed cadence whether or not the worker is busy."""
+
+    worker: int
+    qsize: int
+    """Streams on this worker, running or waiting for their first window."""
+
+
+@dataclass(frozen=True)
+class AudioChunkMsg:
+    """One window of a stream's audio."""
+
+    uid: str
+    pcm: bytes
+    offset: int
+    engine_version: int
+    compute_s: float
+    """Compute time of this window (of the front end and sentence engine too, for a first one)."""
+
+
+@dataclass(frozen=True)
+class StreamDone:
+    """Final message of a stream that completed (or was cancelled)."""
+
+    uid: str
+    audio_samples: int
+    compute_s: float
+
+
+@dataclass(frozen=True)
+class StreamError:
+    """Final message of a stream that failed; ``status``/``type`` come from the error table."""
+
+    uid: str
+    status: int
+    type: str
+    message: str
+    field: str | None = None
+
+
+ToWorker = SynthesisJob | CancelStream | Shutdown
+FromWorker = WorkerReady | Heartbeat | AudioChunkMsg | StreamDone | StreamError

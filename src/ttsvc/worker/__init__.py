@@ -1,0 +1,1 @@
+"""Worker process: one engine set, one compute thread, many multiplexed streams."""

@@ -1,0 +1,103 @@
+"""The worker's compute loop, importable and testable without a process around it.
+
+Many streams share one compute thread, advanced one window at a time:
+a stream that has sent nothing goes first (time to first audio), then the stream whose audio
+already sent would run out soonest if the client plays it in real time (earliest deadline).
+Running one whole request at a time would make the tenth caller wait for nine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from ttsvc.errors import TTSError
+from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
+from ttsvc.synthesis import AudioChunk, SynthesisParams, Synthesizer
+
+
+@dataclass
+class _Stream:
+    """One request's progress inside a worker."""
+
+    job: SynthesisJob
+    chunks: Iterator[AudioChunk] | None = None
+    first_sent_at: float | None = None
+    samples_sent: int = 0
+    compute_s: float = 0.0
+    arrived: float = field(default_factory=time.monotonic)
+
+
+class StreamScheduler:
+    """Multiplexes streams over one synthesizer; lives in a worker's compute thread."""
+
+    def __init__(self, synth: Synthesizer, multiplex: bool = True) -> None:
+        self.synth = synth
+        self.multiplex = multiplex
+        self.streams: dict[str, _Stream] = {}
+
+    def add(self, job: SynthesisJob) -> None:
+        """Queue a new stream; its first window runs before any other stream's next window."""
+        self.streams[job.uid] = _Stream(job)
+
+    def cancel(self, uid: str) -> StreamDone | None:
+        """Drop a stream; returns its final message if it was known."""
+        stream = self.streams.pop(uid, None)
+        if stream is None:
+            return None
+        return StreamDone(uid, stream.samples_sent, stream.compute_s)
+
+    def _next(self) -> _Stream:
+        if not self.multiplex:
+            return next(iter(self.streams.values()))  # FIFO: one whole request at a time
+        fresh = [s for s in self.streams.values() if s.first_sent_at is None]
+        if fresh:
+            return min(fresh, key=lambda s: s.arrived)
+        rate = self.synth.sample_rate
+
+        def deadline(s: _Stream) -> float:
+            assert s.first_sent_at is not None
+            return s.first_sent_at + s.samples_sent / rate
+
+        return min(self.streams.values(), key=deadline)
+
+    def step(self, send: Callable[[FromWorker], None]) -> None:
+        """Advance one stream by one window and send what it produced."""
+        stream = self._next()
+        uid = stream.job.uid
+        started = time.perf_counter()
+        try:
+            if stream.chunks is None:
+                job = stream.job
+                params = SynthesisParams(
+                    speed=job.speed,
+                    noise_scale=job.noise_scale,
+                    noise_w=job.noise_w,
+                    sentence_silence=job.sentence_silence,
+                )
+                stream.chunks = self.synth.stream(job.text, params)
+            chunk = next(stream.chunks, None)
+        except TTSError as exc:
+            del self.streams[uid]
+            send(StreamError(uid, exc.status, exc.type, exc.message, exc.field))
+            return
+        except Exception as exc:  # a bug must fail this stream, never the worker
+            del self.streams[uid]
+            send(StreamError(uid, 500, "internal_error", f"synthesis failed: {type(exc).__name__}"))
+            return
+        elapsed = time.perf_counter() - started
+        stream.compute_s += elapsed
+        if chunk is None:
+            del self.streams[uid]
+            send(StreamDone(uid, stream.samples_sent, stream.compute_s))
+            return
+        if stream.first_sent_at is None:
+            stream.first_sent_at = time.monotonic()
+        stream.samples_sent += len(chunk.samples)
+        version = self.synth.engines.version
+        pcm = chunk.samples.astype("<i2").tobytes()
+        send(AudioChunkMsg(uid, pcm, chunk.offset, version, elapsed))
+        if chunk.last:
+            del self.streams[uid]
+            send(StreamDone(uid, stream.samples_sent, stream.compute_s))

@@ -1,0 +1,257 @@
+"""A real `ttsvc serve` on 127.0.0.1 with real worker processes and the real voice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from ttsvc.repository.layout import EngineVersion
+from ttsvc.synthesis import SynthesisParams, Synthesizer
+
+HEALTH_POLLS = 600  # bounded wait for READY: each poll blocks up to 0.1 s on the socket
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A `ttsvc serve` subprocess and a client for it."""
+
+    def __init__(self, engines: Path, *args: str) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ttsvc.cli", "serve", "--host", "127.0.0.1",
+             "--port", str(self.port), "--engines-dir", str(engines), *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.client = httpx.Client(base_url=self.url, timeout=60)
+
+    def wait_ready(self, workers: int) -> None:
+        for _ in range(HEALTH_POLLS):
+            assert self.proc.poll() is None, "server exited"
+            try:
+                r = httpx.get(f"{self.url}/voices", timeout=0.1)
+                if r.status_code == 200 and len(self.ready_pids()) == workers:
+                    if self.client.get("/health").status_code == 200:
+                        return
+            except httpx.TransportError:
+                pass
+            try:  # block on the child for a moment instead of sleeping
+                self.proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
+        raise AssertionError("server never became ready")
+
+    def worker_pids(self) -> list[int]:
+        """Spawned worker processes (not multiprocessing's resource tracker)."""
+        pids = []
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        for pid in children.read_text().split():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            if b"spawn_main" in cmdline:
+                pids.append(int(pid))
+        return pids
+
+    def ready_pids(self) -> list[int]:
+        return self.worker_pids()
+
+    def synth(self, text: str, **kw: object) -> httpx.Response:
+        return self.client.post("/synthesize", json={"text": text, **kw})
+
+    def stop(self) -> None:
+        self.client.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(default_version: EngineVersion, engines_root: Path) -> Iterator[Server]:
+    srv = Server(engines_root, "--workers", "2")
+    srv.wait_ready(2)
+    yield srv
+    srv.stop()
+
+
+DET = {"noise_scale": 0.0, "noise_w": 0.0}
+
+
+def _pcm(response: httpx.Response) -> np.ndarray:  # type: ignore[type-arg]
+    assert response.status_code == 200, response.text
+    return np.frombuffer(response.content[44:], dtype="<i2")
+
+
+def test_streamed_bytes_equal_one_shot(server: Server, synth: Synthesizer) -> None:
+    text = "Streaming must not change a single sample. Really!"
+    streamed = server.synth(text, **DET)
+    assert streamed.headers["x-engine-version"] == "1"
+    assert streamed.headers["x-sample-rate"] == "22050"
+    assert streamed.headers["x-accel-buffering"] == "no"
+    assert streamed.headers["x-request-id"]
+    whole = server.synth(text, stream=False, **DET)
+    assert whole.content[:4] == b"RIFF"
+    expected = synth.synthesize(text, SynthesisParams(noise_scale=0.0, noise_w=0.0))
+    got = _pcm(streamed)
+    assert got.shape == expected.shape == _pcm(whole).shape
+    assert np.max(np.abs(got.astype(np.int32) - expected)) <= 33  # 1e-3 of full scale
+
+
+def test_concurrent_requests_have_no_cross_talk(server: Server) -> None:
+    texts = [f"Caller number {n} is asking about order {n}{n}." for n in
+             ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine")]  # fmt: skip
+    baseline = {t: _pcm(server.synth(t, **DET)) for t in texts}
+    results: dict[str, np.ndarray] = {}  # type: ignore[type-arg]
+
+    def call(text: str) -> None:
+        with httpx.Client(base_url=server.url, timeout=120) as c:
+            results[text] = _pcm(c.post("/synthesize", json={"text": text, **DET}))
+
+    threads = [threading.Thread(target=call, args=(t,)) for t in texts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for text in texts:
+        assert np.array_equal(results[text], baseline[text]), text
+
+
+@pytest.mark.parametrize(
+    "body,status,err_type,field",
+    [
+        ({"text": "hi", "speed": 9}, 422, "invalid_parameter", "speed"),
+        ({"text": "hi", "noise_w": -1}, 422, "invalid_parameter", "noise_w"),
+        ({"text": "hi", "format": "ogg"}, 422, "invalid_parameter", "format"),
+        ({"text": "hi", "bogus": 1}, 422, "invalid_parameter", "bogus"),
+        ({"speed": 1}, 422, "invalid_parameter", "text"),
+        ({"text": "   "}, 422, "empty_text", "text"),
+        ({"text": "🎉🎉"}, 422, "empty_text", "text"),
+        ({"text": "a" * 4097}, 422, "text_too_long", "text"),
+        ({"text": "hi", "voice": "nobody"}, 404, "unknown_voice", "voice"),
+        ({"text": "hi", "sample_rate": 12345}, 422, "invalid_parameter", "sample_rate"),
+    ],
+)
+def test_invalid_input_gets_documented_4xx(
+    server: Server, body: dict[str, object], status: int, err_type: str, field: str
+) -> None:
+    r = server.client.post("/synthesize", json=body)
+    assert r.status_code == status, r.text
+    data = r.json()
+    assert data["type"] == err_type and data["error"]
+    assert data.get("field") == field
+
+
+def test_oversized_body_is_413(server: Server) -> None:
+    r = server.client.post("/synthesize", content=b'{"text": "' + b"a" * 70000 + b'"}',
+                           headers={"content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 413 and r.json()["type"] == "payload_too_large"
+
+
+def test_health_live_voices(server: Server) -> None:
+    health = server.client.get("/health").json()
+    assert health["status"] == "ok" and 0 <= health["score"] <= 100
+    assert server.client.get("/live").json() == {"status": "ok"}
+    assert server.client.get("/voices").json()["voices"][0]["name"] == "en_US-joe-medium"
+
+
+def test_killed_worker_fails_only_its_streams_and_comes_back(
+    default_version: EngineVersion, engines_root: Path
+) -> None:
+    srv = Server(engines_root, "--workers", "2")
+    try:
+        srv.wait_ready(2)
+        long_text = "This is a long answer that keeps a worker busy for a while. " * 6
+        full_size = 44 + 2 * len(_pcm(srv.synth(long_text, **DET)))
+        sizes: dict[int, int] = {}
+        started = threading.Barrier(5)
+
+        def call(i: int) -> None:
+            with httpx.Client(base_url=srv.url, timeout=120) as c:
+                with c.stream("POST", "/synthesize", json={"text": long_text, **DET}) as r:
+                    assert r.status_code == 200
+                    it = r.iter_bytes()
+                    size = len(next(it))
+                    started.wait(timeout=60)
+                    try:
+                        size += sum(len(b) for b in it)
+                    except httpx.HTTPError:
+                        pass  # the victim's stream may end abruptly: that is its failure mode
+                    sizes[i] = size
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        started.wait(timeout=60)  # every stream has audio flowing
+        os.kill(srv.worker_pids()[0], signal.SIGKILL)
+        for t in threads:
+            t.join()
+        complete = [s for s in sizes.values() if s == full_size]
+        short = [s for s in sizes.values() if s < full_size]
+        # both workers had streams (the balancer spreads four); only the victim's ended short
+        assert len(sizes) == 4
+        assert 1 <= len(complete) <= 3 and len(short) == 4 - len(complete)
+        srv.wait_ready(2)  # respawned and READY again
+        assert srv.synth("Back in service.").status_code == 200
+    finally:
+        srv.stop()
+
+
+def test_sigterm_drains_in_flight_then_exits_zero(
+    default_version: EngineVersion, engines_root: Path
+) -> None:
+    srv = Server(engines_root, "--workers", "1", "--drain-grace", "60")
+    srv.wait_ready(1)
+    text = "Please keep talking while the server shuts down gracefully. " * 4
+    expected_len = len(_pcm(srv.synth(text, **DET)))
+    with httpx.Client(base_url=srv.url, timeout=120) as c:
+        with c.stream("POST", "/synthesize", json={"text": text, **DET}) as r:
+            it = r.iter_bytes()
+            received = len(next(it))
+            srv.proc.send_signal(signal.SIGTERM)
+            with httpx.Client(base_url=srv.url, timeout=10) as probe:
+                assert probe.get("/health").status_code == 503
+                late = probe.post("/synthesize", json={"text": "too late"})
+                assert late.status_code == 503 and late.json()["type"] == "draining"
+            received += sum(len(b) for b in it)
+    assert received == 44 + 2 * expected_len
+    assert srv.proc.wait(timeout=60) == 0
+
+
+def test_overload_gets_429_with_retry_after(
+    default_version: EngineVersion, engines_root: Path
+) -> None:
+    srv = Server(engines_root, "--workers", "1", "--max-streams-per-worker", "1")
+    try:
+        srv.wait_ready(1)
+        with httpx.Client(base_url=srv.url, timeout=120) as c:
+            # about two minutes of audio: far more than socket buffers hold, so the stream
+            # stays in flight while the client reads slowly
+            long_text = "Hold the only slot while I keep on talking. " * 60
+            with c.stream("POST", "/synthesize", json={"text": long_text}) as r:
+                chunks = r.iter_bytes()  # keep a reference: dropping it closes the response
+                assert next(chunks)
+                busy = srv.synth("No room for me.")
+                assert busy.status_code == 429
+                assert busy.headers["retry-after"] == "1"
+                assert busy.json()["type"] == "overloaded"
+            # leaving the block disconnects mid-stream: the worker must drop it and free the slot
+        assert srv.synth("Room again.").status_code == 200
+    finally:
+        srv.stop()

@@ -1,0 +1,469 @@
+"""Unit tests of the heat-score routing policy, driven by an injected fake clock (no sleeps)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from ttsvc.balancer import (
+    BalancerSettings,
+    HeatScoreBalancer,
+    NoWorkerAvailable,
+    WorkerState,
+)
+
+
+class FakeClock:
+    """Monotonic seconds that only move when a test says so."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def make(clock: FakeClock, *ids: int, **overrides: Any) -> HeatScoreBalancer:
+    settings = dataclasses.replace(BalancerSettings(), **overrides)
+    balancer = HeatScoreBalancer(settings, clock)
+    for wid in ids:
+        balancer.add_worker(wid)
+    return balancer
+
+
+def state(balancer: HeatScoreBalancer, wid: int) -> WorkerState:
+    (found,) = [w for w in balancer.snapshot() if w.id == wid]
+    return found
+
+
+def score_after(balancer: HeatScoreBalancer, clock: FakeClock, wid: int, *ttfas: float) -> float:
+    """Observe ``ttfas`` on ``wid``, let one refresh interval pass, return the refreshed score."""
+    for ttfa in ttfas:
+        balancer.observe(wid, ttfa_ms=ttfa)
+    clock.advance(balancer.settings.refresh_interval)
+    return state(balancer, wid).score
+
+
+# -- settings ----------------------------------------------------------------------------------
+
+
+def test_default_settings_are_the_documented_constants() -> None:
+    s = BalancerSettings()
+    assert (s.refresh_interval, s.heartbeat_timeout) == (0.2, 5.0)
+    assert (s.slow_latency_ms, s.slow_strikes, s.decay, s.reference_ttfa_ms) == (
+        1000.0,
+        3,
+        0.9,
+        50.0,
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.decay = 0.5  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("refresh_interval", 0.0),
+        ("refresh_interval", -0.2),
+        ("refresh_interval", float("nan")),
+        ("heartbeat_timeout", 0.0),
+        ("heartbeat_timeout", float("inf")),
+        ("slow_latency_ms", -1.0),
+        ("reference_ttfa_ms", 0.0),
+        ("slow_strikes", 0),
+        ("slow_strikes", 2.5),
+        ("slow_strikes", True),
+        ("decay", 0.0),
+        ("decay", 1.0),
+        ("decay", 1.5),
+        ("decay", float("nan")),
+    ],
+)
+def test_settings_validation_refuses(name: str, value: float) -> None:
+    with pytest.raises(ValueError, match=name):
+        BalancerSettings(**{name: value})  # type: ignore[arg-type]
+
+
+# -- score formula -----------------------------------------------------------------------------
+
+
+def test_new_worker_starts_ready_at_100(clock: FakeClock) -> None:
+    b = make(clock, 7)
+    assert state(b, 7) == WorkerState(
+        id=7, score=100.0, qsize=0, inflight=0, last_heartbeat=clock.now, ready=True, live=True
+    )
+
+
+def test_score_formula_exact_values(clock: FakeClock) -> None:
+    # reference 50 ms: ttfa_ms maps 1:1 to the seed formula's latency_ms
+    b = make(clock, 1)
+    # 0.9 * 100 + max(0, 100 - 500) = 90
+    assert score_after(b, clock, 1, 500.0) == pytest.approx(90.0)
+    # 0.9 * 90 + 0 = 81, then 0.9 * 81 + 0 = 72.9 (two observations, folded in order)
+    assert score_after(b, clock, 1, 300.0, 100.0) == pytest.approx(72.9)
+    # 0.9 * 72.9 + (100 - 80) = 85.61
+    assert score_after(b, clock, 1, 80.0) == pytest.approx(85.61)
+    # capped at 100: 0.9 * 85.61 + 100 = 177.05 -> 100
+    assert score_after(b, clock, 1, 0.0) == pytest.approx(100.0)
+
+
+def test_score_never_negative_nor_above_100(clock: FakeClock) -> None:
+    b = make(clock, 1)
+    for _ in range(50):
+        score_after(b, clock, 1, 5000.0)
+    assert 0.0 <= state(b, 1).score < 1.0
+    for _ in range(50):
+        score_after(b, clock, 1, 0.0)
+    assert state(b, 1).score == 100.0
+
+
+def test_observe_refuses_bad_values(clock: FakeClock) -> None:
+    b = make(clock, 1)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="ttfa_ms"):
+            b.observe(1, ttfa_ms=bad)
+
+
+# -- 200 ms refresh cadence --------------------------------------------------------------------
+
+
+def test_observations_fold_in_only_every_refresh_interval(clock: FakeClock) -> None:
+    b = make(clock, 1)  # construction at t0 is the last refresh
+    b.observe(1, ttfa_ms=1000.0)
+    clock.advance(0.1)
+    assert b.refresh() is False
+    assert state(b, 1).score == 100.0  # 100 ms: not yet
+    clock.advance(0.099)
+    assert state(b, 1).score == 100.0  # 199 ms: still not
+    clock.advance(0.001)
+    assert state(b, 1).score == pytest.approx(90.0)  # 200 ms: folded in
+
+    # a new observation right after a refresh waits for the next 200 ms boundary
+    b.observe(1, ttfa_ms=1000.0)
+    clock.advance(0.15)
+    assert b.refresh() is False
+    assert state(b, 1).score == pytest.approx(90.0)
+    clock.advance(0.05)
+    assert b.refresh() is True
+    assert state(b, 1).score == pytest.approx(81.0)
+
+
+def test_pick_between_refreshes_uses_the_last_refreshed_score(clock: FakeClock) -> None:
+    b = make(clock, 1, 2)
+    b.observe(1, ttfa_ms=2000.0)  # worker 1 will drop to 90
+    assert b.pick() == 1  # not folded yet: tie at 100 -> lowest id
+    b.release(1)
+    clock.advance(0.2)
+    assert b.pick() == 2  # refreshed by pick itself: 1/91 > 1/101
+
+
+def test_refresh_interval_is_configurable(clock: FakeClock) -> None:
+    b = make(clock, 1, refresh_interval=1.0)
+    b.observe(1, ttfa_ms=1000.0)
+    clock.advance(0.5)
+    assert state(b, 1).score == 100.0
+    clock.advance(0.5)
+    assert state(b, 1).score == pytest.approx(90.0)
+
+
+# -- heartbeats --------------------------------------------------------------------------------
+
+
+def test_heartbeat_timeout_excludes_and_fresh_heartbeat_readmits(clock: FakeClock) -> None:
+    b = make(clock, 1, 2)
+    clock.advance(4.0)
+    b.heartbeat(2)
+    clock.advance(0.75)  # worker 1: 4.75 s old -> still live
+    assert b.live_workers() == [1, 2]
+    clock.advance(0.25)  # worker 1: exactly 5 s old -> out
+    assert b.live_workers() == [2]
+    assert b.pick() == 2
+    assert not state(b, 1).live
+    b.heartbeat(1)
+    assert b.live_workers() == [1, 2]
+    assert b.pick() == 1  # back in, and idle
+
+
+def test_idle_worker_with_heartbeats_is_never_evicted(clock: FakeClock) -> None:
+    b = make(clock, 1, 2)
+    for _ in range(600):  # 10 minutes without a single request, only periodic reports
+        clock.advance(1.0)
+        b.heartbeat(1)
+        b.heartbeat(2)
+        b.report(1, qsize=0)
+        assert b.live_workers() == [1, 2]
+    assert [w.live for w in b.snapshot()] == [True, True]
+    assert b.pick() == 1
+
+
+def test_dispatch_does_not_count_as_heartbeat(clock: FakeClock) -> None:
+    b = make(clock, 1)
+    for _ in range(9):  # picked and released every 0.5 s for 4.5 s, never heartbeating
+        clock.advance(0.5)
+        b.release(b.pick())
+    clock.advance(0.5)
+    assert clock.now - state(b, 1).last_heartbeat == 5.0
+    with pytest.raises(NoWorkerAvailable):
+        b.pick()
+
+
+# -- pick formula ------------------------------------------------------------------------------
+
+
+def test_pick_smallest_load_over_score_ratio(clock: FakeClock) -> None:
+    b = make(clock, 1, 2, 3)
+    # scores: w1 = 100, w2 = 0.9 * 100 + 0 = 90, w3 = 0.9 * 90 + 0 = 81
+    b.observe(2, ttfa_ms=500.0)
+    b.observe(3, ttfa_ms=500.0)
+    b.observe(3, ttfa_ms=500.0)
+    clock.advance(0.2)
+    assert [w.score for w in b.snapshot()] == pytest.approx([100.0, 90.0, 81.0])
+    # qsize 3/2/0 -> ratios 4/101 = 0.0396, 3/91 = 0.0330, 1/82 = 0.0122 -> 3
+    b.report(1, qsize=3)
+    b.report(2, qsize=2)
+    assert b.pick() == 3  # w3 load becomes 1 -> 2/82 = 0.0244
+    assert b.pick() == 3  # 2/82 < 3/91; w3 load becomes 2 -> 3/82 = 0.0366
+    assert b.pick() == 2  # 3/91 = 0.0330 < 3/82 = 0.0366 < 4/101 = 0.0396
+
+
+def test_pick_prefers_higher_score_at_equal_load(clock: FakeClock) -> None:
+    b = make(clock, 1, 2)
+    b.observe(1, ttfa_ms=200.0)
+    clock.advance(0.2)
+    assert b.pick() == 2
+
+
+def test_pick_ties_go_to_lowest_id(clock: FakeClock) -> None:
+    b = HeatScoreBalancer(BalancerSettings(), clock)
+    for wid in (9, 4, 6):
+        b.add_worker(wid)
+    assert b.pick() == 4
+    b.release(4)
+    b.report(4, qsize=1)
+    assert b.pick() == 6
+
+
+def test_reported_qsize_counts_but_cannot_hide_dispatches(clock: FakeClock) -> None:
+    b = make(clock, 1, 2)
+    assert b.pick() == 1
+    assert b.pick() == 2
+    assert b.pick() == 1  # inflight 2 on worker 1
+    b.report(1, qsize=0)  # worker has not seen them yet: routing still uses inflight 2
+    assert state(b, 1).load == 2
+    assert b.pick() == 2  # worker 2 inflight 1 -> 2
+    b.report(2, qsize=5)  # worker 2 knows more work than the gateway
+    assert state(b, 2).load == 5
+    assert b.pick() == 1
+    with pytest.raises(ValueError, match="qsize"):
+        b.report(1, qsize=-1)
+
+
+def test_picks_and_releases_adjust_the_reported_qsize(clock: FakeClock) -> None:
+    b = make(clock, 1)
+    b.report(1, qsize=3)  # three streams from before (e.g. a gateway restart)
+    assert b.pick() == 1
+    assert (state(b, 1).qsize, state(b, 1).inflight, state(b, 1).load) == (4, 1, 4)
+    for _ in range(3):  # streams end before the next report: the stale count does not linger
+        b.release(1)
+    assert (state(b, 1).qsize, state(b, 1).inflight, state(b, 1).load) == (1, 0, 1)
+    b.release(1)
+    b.release(1)
+    assert (state(b, 1).qsize, state(b, 1).inflight) == (0, 0)
+
+
+# -- bursts ------------------------------------------------------------------------------------
+
+
+def test_burst_of_ten_picks_spreads_across_workers(clock: FakeClock) -> None:
+    b = make(clock, 0, 1, 2, 3)
+    picks = [b.pick() for _ in range(10)]  # no reports, no clock movement
+    assert picks == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+    assert Counter(picks) == {0: 3, 1: 3, 2: 2, 3: 2}
+    assert [w.inflight for w in b.snapshot()] == [3, 3, 2, 2]
+
+
+def test_burst_weighs_scores(clock: FakeClock) -> None:
+    b = make(clock, 0, 1)
+    for _ in range(20):  # drive worker 0 down: 0.9^n * 100
+        score_after(b, clock, 0, 100.0)
+    assert state(b, 0).score == pytest.approx(100.0 * 0.9**20)  # ~12.2
+    picks = Counter(b.pick() for _ in range(10))
+    assert picks[1] > picks[0] >= 1
+
+
+# -- release -----------------------------------------------------------------------------------
+
+
+def test_release_never_below_zero(clock: FakeClock) -> None:
+    b = make(clock, 1)
+    assert b.release(1) is True
+    assert state(b, 1).inflight == 0
+    b.pick()
+    b.release(1)
+    b.release(1)
+    assert state(b, 1).inflight == 0
+
+
+def test_unknown_worker_calls_are_ignored(clock: FakeClock) -> None:
+    b = make(clock, 1)
+    assert b.remove_worker(1) is True
+    assert b.remove_worker(1) is False
+    assert b.release(1) is False  # late release after the worker died
+    assert b.heartbeat(1) is False
+    assert b.report(1, qsize=2) is False
+    assert b.observe(1, ttfa_ms=10.0) is False
+    assert b.set_ready(1, ready=False) is False
+    assert b.snapshot() == []
+
+
+# -- circuit breaker ---------------------------------------------------------------------------
+
+
+def test_no_worker_registered_raises(clock: FakeClock) -> None:
+    b = make(clock)
+    with pytest.raises(NoWorkerAvailable) as info:
+        b.pick()
+    assert info.value.status == 503
+    assert (info.value.registered, info.value.live) == (0, 0)
+
+
+def test_no_worker_live_raises_and_recovers(clock: FakeClock) -> None:
+    b = make(clock, 1, 2)
+    clock.advance(5.0)
+    with pytest.raises(NoWorkerAvailable) as info:
+        b.pick()
+    assert (info.value.registered, info.value.live) == (2, 0)
+    assert b.pool_score() == 0.0
+    b.heartbeat(2)
+    assert b.pick() == 2
+
+
+def test_removed_and_draining_workers_are_not_picked(clock: FakeClock) -> None:
+    b = make(clock, 1, 2)
+    b.remove_worker(1)
+    assert b.pick() == 2
+    b.set_ready(2, ready=False)
+    assert not state(b, 2).live
+    with pytest.raises(NoWorkerAvailable):
+        b.pick()
+    b.set_ready(2, ready=True)
+    assert b.pick() == 2
+
+
+def test_re_registration_starts_afresh(clock: FakeClock) -> None:
+    b = make(clock, 1)
+    score_after(b, clock, 1, 1000.0)
+    b.pick()
+    b.add_worker(1)
+    assert state(b, 1).score == 100.0
+    assert state(b, 1).inflight == 0
+
+
+# -- slow strikes (cold standby) ---------------------------------------------------------------
+
+
+def test_three_consecutive_slow_latencies_halve_the_score(clock: FakeClock) -> None:
+    b = make(clock, 1)
+    # 100 -> 90 -> 81 -> 72.9, then halved on the third strike
+    assert score_after(b, clock, 1, 1001.0, 1500.0, 2000.0) == pytest.approx(72.9 / 2)
+
+
+def test_strikes_accumulate_across_refreshes(clock: FakeClock) -> None:
+    b = make(clock, 1)
+    assert score_after(b, clock, 1, 1200.0) == pytest.approx(90.0)
+    assert score_after(b, clock, 1, 1200.0) == pytest.approx(81.0)
+    assert score_after(b, clock, 1, 1200.0) == pytest.approx(72.9 / 2)
+
+
+def test_two_slow_latencies_do_not_halve(clock: FakeClock) -> None:
+    b = make(clock, 1)
+    assert score_after(b, clock, 1, 1200.0, 1200.0) == pytest.approx(81.0)
+
+
+def test_exactly_one_second_is_not_slow(clock: FakeClock) -> None:
+    b = make(clock, 1)
+    assert score_after(b, clock, 1, 1000.0, 1000.0, 1000.0) == pytest.approx(72.9)
+
+
+def test_fast_latency_resets_the_strike_counter(clock: FakeClock) -> None:
+    b = make(clock, 1)
+    # slow, slow, fast (bonus 0 at 500 ms but <= 1 s), slow, slow: never three in a row
+    assert score_after(b, clock, 1, 1200.0, 1200.0, 500.0, 1200.0, 1200.0) == pytest.approx(
+        100.0 * 0.9**5
+    )
+
+
+def test_counter_restarts_after_halving(clock: FakeClock) -> None:
+    b = make(clock, 1)
+    after_three = score_after(b, clock, 1, 1200.0, 1200.0, 1200.0)
+    assert after_three == pytest.approx(72.9 / 2)
+    # two more slow ones: no second halving yet; the third of the new run halves again
+    assert score_after(b, clock, 1, 1200.0, 1200.0) == pytest.approx(after_three * 0.81)
+    assert score_after(b, clock, 1, 1200.0) == pytest.approx(after_three * 0.729 / 2)
+
+
+def test_slow_threshold_and_strikes_are_configurable(clock: FakeClock) -> None:
+    b = make(clock, 1, slow_latency_ms=200.0, slow_strikes=2)
+    assert score_after(b, clock, 1, 300.0, 300.0) == pytest.approx(81.0 / 2)
+
+
+# -- normalization (fix 2) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reference", [20.0, 50.0, 400.0, 2500.0])
+@pytest.mark.parametrize("ratio", [0.5, 1.0, 1.6, 2.0, 3.0])
+def test_same_ttfa_relative_to_reference_gives_same_bonus(
+    clock: FakeClock, reference: float, ratio: float
+) -> None:
+    b = make(clock, 1, reference_ttfa_ms=reference)
+    # bring the score below the cap with bonus-0, non-slow samples (L = 500 seed ms)
+    low = score_after(b, clock, 1, *[reference * 10] * 10)
+    assert low == pytest.approx(100.0 * 0.9**10)
+    # one sample at ratio x reference: L = 50 * ratio whatever the reference
+    got = score_after(b, clock, 1, reference * ratio)
+    assert got == pytest.approx(min(100.0, 0.9 * low + max(0.0, 100.0 - 50.0 * ratio)))
+
+
+def test_normalized_latency_maps_reference_to_50(clock: FakeClock) -> None:
+    gpu = make(clock, reference_ttfa_ms=40.0)
+    cpu = make(clock, reference_ttfa_ms=400.0)
+    assert gpu.normalized_latency_ms(40.0) == pytest.approx(50.0)
+    assert cpu.normalized_latency_ms(400.0) == pytest.approx(50.0)
+    assert cpu.normalized_latency_ms(800.0) == pytest.approx(100.0)  # bonus 0
+    # slow-strike threshold applies to the normalized value: 1000 seed ms = 20x the reference
+    assert cpu.normalized_latency_ms(8000.0) == pytest.approx(1000.0)
+
+
+def test_slow_rule_uses_normalized_latency(clock: FakeClock) -> None:
+    # a 3 s TTFA is not slow for a CPU deployment whose reference is 200 ms (L = 750)
+    cpu = make(clock, 1, reference_ttfa_ms=200.0)
+    assert score_after(cpu, clock, 1, 3000.0, 3000.0, 3000.0) == pytest.approx(72.9)
+    # but 4.1 s is (L = 1025)
+    assert score_after(cpu, clock, 1, 4100.0, 4100.0, 4100.0) == pytest.approx(72.9 * 0.729 / 2)
+
+
+# -- pool score ------------------------------------------------------------------------------
+
+
+def test_pool_score_is_mean_of_live_workers(clock: FakeClock) -> None:
+    b = make(clock, 1, 2, 3)
+    b.observe(2, ttfa_ms=500.0)
+    clock.advance(0.2)
+    assert b.pool_score() == pytest.approx((100.0 + 90.0 + 100.0) / 3)
+    clock.advance(4.9)
+    b.heartbeat(1)
+    b.heartbeat(2)
+    assert b.pool_score() == pytest.approx(95.0)  # worker 3 timed out
+    assert b.live_workers() == [1, 2]
