@@ -1,4 +1,4 @@
-# Minimal CPU image; the multi-stage cpu/gpu targets, non-root user and health check come with the
+# Minimal CPU image serving on port 9000; the multi-stage cpu/gpu targets, non-root user and health check come with the
 # deployment issue. The default voice is compiled at build time so the container serves at once.
 FROM python:3.11-slim
 WORKDIR /app
@@ -8,4 +8,4 @@ RUN pip install --no-cache-dir . && ttsvc compile --checkpoint default --output-
 ENV TTSVC_ENGINES_DIR=/app/engines
 EXPOSE 9000
 ENTRYPOINT ["ttsvc"]
-CMD ["synth", "Hello from ttsvc.", "-o", "/tmp/hello.wav"]
+CMD ["serve"]
