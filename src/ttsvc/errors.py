@@ -78,3 +78,24 @@ class BackendUnavailable(TTSError):
 
     status = 501
     type = "backend_unavailable"
+
+
+class Busy(TTSError):
+    """Admission refused: every stream slot and queue place is taken."""
+
+    status = 429
+    type = "overloaded"
+
+
+class Draining(TTSError):
+    """The gateway is shutting down and takes no new synthesis."""
+
+    status = 503
+    type = "draining"
+
+
+class PayloadTooLarge(TTSError):
+    """Request body over the configured cap."""
+
+    status = 413
+    type = "payload_too_large"

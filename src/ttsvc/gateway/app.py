@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ttsvc.audio.wav import streaming_header, wav_bytes
 from ttsvc.balancer import BalancerSettings, HeatScoreBalancer, NoWorkerAvailable
 from ttsvc.config import Settings
-from ttsvc.errors import TextTooLong, TTSError, UnknownVoice
+from ttsvc.errors import Busy, Draining, PayloadTooLarge, TextTooLong, TTSError, UnknownVoice
 from ttsvc.observability.logs import get_logger
 from ttsvc.pool.supervisor import Mailbox, WorkerPool, WorkerSpec
 from ttsvc.protocol import AudioChunkMsg, StreamDone, StreamError, SynthesisJob
@@ -46,27 +46,6 @@ class SynthesizeRequest(BaseModel):
     sample_rate: int | None = None
     format: Literal["wav", "pcm"] = "wav"
     stream: bool = True
-
-
-class Busy(TTSError):
-    """Admission refused: every stream slot and queue place is taken."""
-
-    status = 429
-    type = "overloaded"
-
-
-class Draining(TTSError):
-    """The gateway is shutting down and takes no new synthesis."""
-
-    status = 503
-    type = "draining"
-
-
-class PayloadTooLarge(TTSError):
-    """Request body over the configured cap."""
-
-    status = 413
-    type = "payload_too_large"
 
 
 @dataclass
