@@ -48,6 +48,14 @@ from ttsvc.synthesis import SynthesisParams, Synthesizer, WindowSchedule, to_pcm
 HERE = Path(__file__).resolve().parent
 DEFAULT_CORPUS = HERE / "corpus.txt"
 DEFAULT_ENGINES = HERE / ".cache" / "engines"
+
+
+def _relative(path: Path) -> str:
+    """Paths in results are relative to the repository so no machine's layout is committed."""
+    try:
+        return str(Path(path).resolve().relative_to(HERE.parent))
+    except ValueError:
+        return Path(path).name
 DEFAULT_JSON = HERE / "results" / "engine_bench.json"
 
 MIN_CHARS, MAX_CHARS = 20, 60
@@ -630,11 +638,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             for label, s in schedules.items()
         },
         "params": params.model_dump(),
-        "engines": str(version.path),
+        "engines": _relative(version.path),
         "frame_context": synth.context.model_dump(),
         "sample_rate": synth.sample_rate,
         "hop_length": synth.hop,
-        "corpus": str(args.corpus),
+        "corpus": _relative(args.corpus),
     }
     print(render(summary, machine, settings))
 
