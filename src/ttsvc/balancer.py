@@ -13,6 +13,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ttsvc.errors import TTSError
+
 __all__ = [
     "BalancerSettings",
     "Clock",
@@ -34,12 +36,11 @@ _CLOCK_EPSILON = 1e-9
 """Tolerance on interval comparisons, so 0.1 s + 0.1 s of float clock counts as 0.2 s."""
 
 
-class NoWorkerAvailable(RuntimeError):
+class NoWorkerAvailable(TTSError):
     """No registered worker is ready with a fresh heartbeat: the gateway answers 503.
 
-    This is the circuit breaker: requests fail fast instead of queueing behind dead workers. The
-    ``status`` and ``type`` attributes follow the convention of :mod:`ttsvc.errors` so the gateway
-    can map it through the same table.
+    This is the circuit breaker: requests fail fast instead of queueing behind dead workers. It
+    is a :class:`ttsvc.errors.TTSError`, so the gateway maps it through the one error table.
     """
 
     status: int = 503

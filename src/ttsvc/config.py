@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ttsvc.balancer import BalancerSettings
 from ttsvc.synthesis import WindowSchedule
 
 DEFAULT_VOICE = "en_US-joe-medium"
@@ -54,15 +55,46 @@ class Settings(BaseSettings):
     """Request bodies over this get 413."""
     drain_grace_s: float = Field(30.0, ge=0, le=3600)
     """On SIGTERM, how long in-flight streams get to finish."""
+    worker_start_timeout_s: float = Field(120.0, gt=0, le=3600)
+    """A worker that is not READY this long after its start is killed and respawned."""
+    worker_silence_timeout_s: float = Field(10.0, gt=0, le=3600)
+    """A READY worker silent this long (no heartbeat, e.g. hung in native code) is killed."""
+    balancer_refresh_s: float = Field(0.2, gt=0, le=60)
+    """How often heat scores fold in new latency observations."""
+    balancer_heartbeat_timeout_s: float = Field(5.0, gt=0, le=600)
+    """Workers with an older heartbeat are not routed to (circuit breaker when none is left)."""
+    balancer_slow_ms: float = Field(1000.0, gt=0)
+    """A normalized latency above this is a strike; ``balancer_slow_strikes`` in a row halve the
+    worker's score ("cold standby")."""
+    balancer_slow_strikes: int = Field(3, ge=1, le=100)
+    balancer_decay: float = Field(0.9, gt=0, lt=1)
+    """Weight of the old score in ``score = min(100, decay * score + bonus)``."""
+    balancer_reference_ttfa_ms: float = Field(50.0, gt=0)
+    """Worker-side time to first audio that scores like the seed's 50 ms latency; makes scores
+    comparable across machines (CPU vs GPU) and text lengths."""
     compile_default_voice: bool = True
     """Compile the packaged default voice when the engines directory has none."""
     log_level: str = "info"
 
     @model_validator(mode="after")
-    def _windows_consistent(self) -> Settings:
+    def _consistent(self) -> Settings:
         if self.max_window_frames < self.first_window_frames:
             raise ValueError("max_window_frames must be at least first_window_frames")
+        if self.worker_silence_timeout_s <= self.balancer_heartbeat_timeout_s:
+            # otherwise a hung worker is killed before it is even taken out of routing
+            raise ValueError("worker_silence_timeout_s must exceed balancer_heartbeat_timeout_s")
         return self
+
+    def balancer_settings(self) -> BalancerSettings:
+        """The heat-score balancer's constants from these settings."""
+        return BalancerSettings(
+            refresh_interval=self.balancer_refresh_s,
+            heartbeat_timeout=self.balancer_heartbeat_timeout_s,
+            slow_latency_ms=self.balancer_slow_ms,
+            slow_strikes=self.balancer_slow_strikes,
+            decay=self.balancer_decay,
+            reference_ttfa_ms=self.balancer_reference_ttfa_ms,
+        )
 
     def schedule(self) -> WindowSchedule:
         """The vocoder window schedule these settings describe."""

@@ -99,3 +99,10 @@ class PayloadTooLarge(TTSError):
 
     status = 413
     type = "payload_too_large"
+
+
+class QueueTimeout(TTSError):
+    """No audio within the queue-wait deadline; the job was cancelled, never half-synthesized."""
+
+    status = 503
+    type = "queue_timeout"

@@ -23,6 +23,8 @@ class SynthesisJob:
     noise_scale: float | None
     noise_w: float | None
     sentence_silence: float
+    sample_rate: int | None = None
+    """Output rate; ``None`` is the voice's own rate (no resampling)."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,9 @@ class AudioChunkMsg:
 
     uid: str
     pcm: bytes
+    """PCM16 little-endian mono at the stream's output rate."""
     offset: int
+    """Sample index (at the voice's own rate) of this chunk within the utterance."""
     engine_version: int
     compute_s: float
     """Compute time of this window (of the front end and sentence engine too, for a first one)."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import wave
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,13 +33,13 @@ def _free_port() -> int:
 class Server:
     """A `ttsvc serve` subprocess and a client for it."""
 
-    def __init__(self, engines: Path, *args: str) -> None:
+    def __init__(self, engines: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ttsvc.cli", "serve", "--host", "127.0.0.1",
              "--port", str(self.port), "--engines-dir", str(engines), *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})},
         )  # fmt: skip
         self.client = httpx.Client(base_url=self.url, timeout=60)
 
@@ -55,6 +58,13 @@ class Server:
             except subprocess.TimeoutExpired:
                 pass
         raise AssertionError("server never became ready")
+
+    def wait_idle(self) -> None:
+        """Wait until the gateway reports no request in flight (bounded number of probes)."""
+        for _ in range(HEALTH_POLLS):
+            if self.client.get("/health").json().get("inflight") == 0:
+                return
+        raise AssertionError("requests stayed in flight")
 
     def worker_pids(self) -> list[int]:
         """Spawned worker processes (not multiprocessing's resource tracker)."""
@@ -146,6 +156,7 @@ def test_concurrent_requests_have_no_cross_talk(server: Server) -> None:
         ({"text": "a" * 4097}, 422, "text_too_long", "text"),
         ({"text": "hi", "voice": "nobody"}, 404, "unknown_voice", "voice"),
         ({"text": "hi", "sample_rate": 12345}, 422, "invalid_parameter", "sample_rate"),
+        ({"text": "hi", "stream": "maybe"}, 422, "invalid_parameter", "stream"),
     ],
 )
 def test_invalid_input_gets_documented_4xx(
@@ -251,7 +262,71 @@ def test_overload_gets_429_with_retry_after(
                 assert busy.status_code == 429
                 assert busy.headers["retry-after"] == "1"
                 assert busy.json()["type"] == "overloaded"
-            # leaving the block disconnects mid-stream: the worker must drop it and free the slot
+            # leaving the block disconnects mid-stream: the gateway must notice and free the slot
+        srv.wait_idle()
         assert srv.synth("Room again.").status_code == 200
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("rate", [8000, 16000, 22050, 24000, 44100, 48000])
+def test_output_rates_resample_the_same_speech(server: Server, rate: int) -> None:
+    text = "Resampled speech keeps its length."
+    native = _pcm(server.synth(text, stream=False, **DET))
+    r = server.synth(text, sample_rate=rate, **DET)
+    assert r.headers["x-sample-rate"] == str(rate)
+    pcm = _pcm(r)
+    assert abs(len(pcm) / rate - len(native) / 22050) < 0.01  # same duration within 10 ms
+    assert np.sqrt(np.mean(pcm.astype(np.float64) ** 2)) > 300  # audible, not silence
+    exact = server.synth(text, sample_rate=rate, stream=False, **DET)
+    with wave.open(io.BytesIO(exact.content)) as w:  # an independent reader of the container
+        assert w.getframerate() == rate and w.getnframes() == len(pcm)
+
+
+def test_pcm_format_is_raw_samples(server: Server) -> None:
+    text = "Raw samples, no header."
+    wav = server.synth(text, **DET)
+    raw = server.synth(text, format="pcm", **DET)
+    assert raw.headers["content-type"].startswith("audio/L16")
+    assert raw.content == wav.content[44:]
+
+
+def test_hung_worker_times_out_queue_and_is_replaced(
+    default_version: EngineVersion, engines_root: Path
+) -> None:
+    env = {
+        "TTSVC_BALANCER_HEARTBEAT_TIMEOUT_S": "1",
+        "TTSVC_WORKER_SILENCE_TIMEOUT_S": "3",
+        "TTSVC_QUEUE_TIMEOUT_S": "1",
+    }
+    srv = Server(engines_root, "--workers", "1", env=env)
+    try:
+        srv.wait_ready(1)
+        (victim,) = srv.worker_pids()
+        os.kill(victim, signal.SIGSTOP)  # alive but silent: no EOF ever arrives
+        r = srv.synth("Anyone there?")
+        assert r.status_code == 503
+        assert r.json()["type"] in ("queue_timeout", "no_worker_available")
+        srv.wait_ready(1)  # the watchdog killed it and a fresh worker said READY
+        assert srv.worker_pids() != [victim]
+        assert srv.synth("A fresh worker answers.").status_code == 200
+    finally:
+        srv.stop()
+
+
+def test_workers_exit_when_the_gateway_dies(
+    default_version: EngineVersion, engines_root: Path
+) -> None:
+    srv = Server(engines_root, "--workers", "2")
+    srv.wait_ready(2)
+    pidfds = [os.pidfd_open(pid) for pid in srv.worker_pids()]
+    srv.proc.kill()  # SIGKILL: the gateway gets no chance to stop them
+    srv.proc.wait()
+    try:
+        for fd in pidfds:
+            readable, _, _ = select.select([fd], [], [], 30)  # a pidfd turns readable on exit
+            assert readable, "a worker outlived its gateway"
+    finally:
+        for fd in pidfds:
+            os.close(fd)
+        srv.client.close()

@@ -16,15 +16,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import Receive, Scope, Send
 
+from ttsvc.audio.resample import SUPPORTED_RATES
 from ttsvc.audio.wav import streaming_header, wav_bytes
-from ttsvc.balancer import BalancerSettings, HeatScoreBalancer, NoWorkerAvailable
+from ttsvc.balancer import HeatScoreBalancer
 from ttsvc.config import Settings
-from ttsvc.errors import Busy, Draining, PayloadTooLarge, TextTooLong, TTSError, UnknownVoice
+from ttsvc.errors import (
+    Busy,
+    Draining,
+    InvalidParameter,
+    PayloadTooLarge,
+    QueueTimeout,
+    TextTooLong,
+    TTSError,
+    UnknownVoice,
+)
 from ttsvc.observability.logs import get_logger
 from ttsvc.pool.supervisor import Mailbox, WorkerPool, WorkerSpec
 from ttsvc.protocol import AudioChunkMsg, StreamDone, StreamError, SynthesisJob
@@ -73,13 +85,15 @@ def create_app(settings: Settings, engines_path: Path, voice: str) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
-        state.balancer = HeatScoreBalancer(BalancerSettings(), time.monotonic)
+        state.balancer = HeatScoreBalancer(settings.balancer_settings(), time.monotonic)
         spec = WorkerSpec(
             engines_path,
             settings.threads,
             (settings.first_window_frames, settings.window_growth, settings.max_window_frames),
             settings.max_sentence_chars,
             settings.multiplex,
+            settings.worker_start_timeout_s,
+            settings.worker_silence_timeout_s,
         )
         state.pool = WorkerPool(spec, settings.workers, state.balancer, loop)
         state.pool.start()
@@ -122,7 +136,9 @@ def create_app(settings: Settings, engines_path: Path, voice: str) -> FastAPI:
             return JSONResponse({"status": "draining", "score": 0.0}, status_code=503)
         if pool is None or balancer is None or not balancer.live_workers():
             return JSONResponse({"status": "no_ready_worker", "score": 0.0}, status_code=503)
-        return JSONResponse({"status": "ok", "score": round(balancer.pool_score(), 2)})
+        return JSONResponse(
+            {"status": "ok", "score": round(balancer.pool_score(), 2), "inflight": state.inflight}
+        )
 
     @app.get("/voices")
     async def voices() -> dict[str, object]:
@@ -139,8 +155,118 @@ def create_app(settings: Settings, engines_path: Path, voice: str) -> FastAPI:
     return app
 
 
-async def _first_message(box: Mailbox, timeout: float) -> AudioChunkMsg | StreamDone | StreamError:
-    return await asyncio.wait_for(box.get(), timeout)
+class SynthesisExchange:
+    """One request's life on the gateway: admitted, dispatched, streamed, finished exactly once.
+
+    Finishing releases the admission slot and the mailbox, tells the worker to stop if the client
+    left early, and writes the request's one completion log line. It is idempotent, so the
+    normal end, an error and a disconnect can all call it.
+    """
+
+    def __init__(
+        self, state: GatewayState, pool: WorkerPool, wid: int, job: SynthesisJob, qsize: int
+    ) -> None:
+        self.state = state
+        self.pool = pool
+        self.wid = wid
+        self.job = job
+        self.qsize = qsize
+        self.started = time.perf_counter()
+        self.box: Mailbox | None = None
+        self.first_audio_s: float | None = None
+        self.failure: StreamError | None = None
+        """Set when the worker failed after the first audio (the stream ended early)."""
+        self._finished = False
+        state.inflight += 1
+        state.idle.clear()
+
+    async def first(self, timeout: float) -> AudioChunkMsg:
+        """Dispatch and wait for the first audio; a failure before it becomes an HTTP error."""
+        try:
+            self.box = await self.pool.submit(self.wid, self.job)
+            msg = await asyncio.wait_for(self.box.get(), timeout)
+        except asyncio.TimeoutError:
+            await self.finish("queue_timeout", cancel=True)
+            raise QueueTimeout(f"no audio within the {timeout:g} s queue deadline") from None
+        except asyncio.CancelledError:
+            await self.finish("cancelled", cancel=True)
+            raise
+        if isinstance(msg, StreamError):
+            await self.finish(msg.type)
+            raise WorkerReportedError(msg)
+        if isinstance(msg, StreamDone):
+            await self.finish("empty_audio")
+            raise WorkerReportedError(
+                StreamError(self.job.uid, 500, "internal_error", "the stream ended without audio")
+            )
+        self.first_audio_s = time.perf_counter() - self.started
+        return msg
+
+    async def rest(self) -> AsyncIterator[AudioChunkMsg]:
+        """The chunks after the first; ends early (logged) if the worker fails mid-stream."""
+        assert self.box is not None
+        while True:
+            msg = await self.box.get()
+            if isinstance(msg, AudioChunkMsg):
+                yield msg
+            elif isinstance(msg, StreamError):
+                self.failure = msg
+                await self.finish(msg.type)  # bytes already sent: the stream just ends
+                return
+            else:
+                await self.finish("ok")
+                return
+
+    async def finish(self, status: str, cancel: bool = False) -> None:
+        """Release everything this request holds; only the first call counts."""
+        if self._finished:
+            return
+        self._finished = True
+        if cancel:
+            await self.pool.cancel(self.wid, self.job.uid)
+        self.pool.forget(self.job.uid)
+        self.state.inflight -= 1
+        if self.state.inflight == 0:
+            self.state.idle.set()
+        ttfa = None if self.first_audio_s is None else round(1000 * self.first_audio_s, 1)
+        log.info(
+            "request",
+            uid=self.job.uid,
+            worker=self.wid,
+            qsize=self.qsize,
+            text_len=len(self.job.text),
+            ttfa_ms=ttfa,
+            latency=round(1000 * (time.perf_counter() - self.started), 1),
+            status=status,
+        )
+
+
+class WorkerReportedError(TTSError):
+    """A worker's ``StreamError`` before any byte was sent, answered with its own status/type."""
+
+    def __init__(self, msg: StreamError) -> None:
+        super().__init__(msg.message, field=msg.field)
+        self.status = msg.status
+        self.type = msg.type
+
+
+class ExchangeStreamingResponse(StreamingResponse):
+    """A streaming response that finishes its exchange however the response ends.
+
+    Starlette may cancel a response whose client left before its body iterator ever ran, and then
+    no ``finally`` inside the iterator runs; this wrapper's does.
+    """
+
+    def __init__(self, exchange: SynthesisExchange, content: AsyncIterator[bytes],
+                 media_type: str, headers: dict[str, str]) -> None:  # fmt: skip
+        super().__init__(content, media_type=media_type, headers=headers)
+        self.exchange = exchange
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.exchange.finish("cancelled", cancel=True)  # no-op after a normal end
 
 
 async def _synthesize(state: GatewayState, body: SynthesizeRequest, request: Request) -> Response:
@@ -151,63 +277,27 @@ async def _synthesize(state: GatewayState, body: SynthesizeRequest, request: Req
         raise UnknownVoice(f"unknown voice {body.voice!r}", field="voice")
     if len(body.text) > settings.max_text_chars:
         raise TextTooLong(f"text is over {settings.max_text_chars} characters", field="text")
+    if body.sample_rate is not None and body.sample_rate not in SUPPORTED_RATES:
+        rates = ", ".join(str(r) for r in SUPPORTED_RATES)
+        raise InvalidParameter(
+            f"sample_rate {body.sample_rate}: supported rates are {rates}", field="sample_rate"
+        )
     pool, balancer = state.pool, state.balancer
     if pool is None or balancer is None:
         raise Draining("no worker pool")
-    if body.sample_rate is not None:
-        native = next((w.ready.sample_rate for w in pool.workers.values() if w.ready), None)
-        if body.sample_rate != native:
-            from ttsvc.errors import InvalidParameter  # noqa: PLC0415
-
-            raise InvalidParameter(
-                f"sample_rate {body.sample_rate}: this build serves only {native} Hz",
-                field="sample_rate",
-            )
     if state.inflight >= settings.workers * settings.max_streams_per_worker:
         return _error(Busy("all stream slots are busy, retry shortly"), {"Retry-After": "1"})
-    try:
-        wid = balancer.pick()
-    except NoWorkerAvailable as exc:
-        return JSONResponse({"error": str(exc), "type": "no_worker_available"}, status_code=503)
-
+    wid = balancer.pick()  # NoWorkerAvailable is a 503 from the error table
+    qsize = next(w.load for w in balancer.snapshot() if w.id == wid)
     uid = request.headers.get("x-request-id") or uuid.uuid4().hex
-    state.inflight += 1
-    state.idle.clear()
     job = SynthesisJob(uid, body.text, body.speed, body.noise_scale, body.noise_w,
-                       body.sentence_silence)  # fmt: skip
-    started = time.perf_counter()
-    box = await pool.submit(wid, job)
-    finished = False
+                       body.sentence_silence, body.sample_rate)  # fmt: skip
+    exchange = SynthesisExchange(state, pool, wid, job, qsize)
+    first = await exchange.first(settings.queue_timeout_s)
+    balancer.observe(wid, first.compute_s * 1000.0)  # worker-side time: see balancer_sim
 
-    def finish() -> None:
-        nonlocal finished
-        if not finished:
-            finished = True
-            pool.forget(uid)
-            state.inflight -= 1
-            if state.inflight == 0:
-                state.idle.set()
-
-    try:
-        first = await _first_message(box, settings.queue_timeout_s)
-    except (asyncio.TimeoutError, asyncio.CancelledError):
-        await pool.cancel(wid, uid)
-        finish()
-        return JSONResponse(
-            {"error": "queued longer than the deadline", "type": "queue_timeout"}, status_code=503
-        )
-    if isinstance(first, StreamError):
-        finish()
-        body_json = {"error": first.message, "type": first.type}
-        if first.field:
-            body_json["field"] = first.field
-        return JSONResponse(body_json, status_code=first.status, headers={"X-Request-Id": uid})
-    if isinstance(first, StreamDone):  # nothing produced (cancelled before the first window)
-        finish()
-        return JSONResponse({"error": "no audio", "type": "empty_audio"}, status_code=500)
-
-    balancer.observe(wid, first.compute_s * 1000.0)
-    rate = next((w.ready.sample_rate for w in pool.workers.values() if w.ready), 22050)
+    native = next((w.ready.sample_rate for w in pool.workers.values() if w.ready), 22050)
+    rate = body.sample_rate or native
     headers = {
         "X-Request-Id": uid,
         "X-Engine-Version": str(first.engine_version),
@@ -220,51 +310,20 @@ async def _synthesize(state: GatewayState, body: SynthesizeRequest, request: Req
     if not body.stream:
         pieces = [first.pcm]
         try:
-            while True:
-                msg = await box.get()
-                if isinstance(msg, AudioChunkMsg):
-                    pieces.append(msg.pcm)
-                elif isinstance(msg, StreamError):
-                    return JSONResponse({"error": msg.message, "type": msg.type},
-                                        status_code=msg.status, headers=headers)  # fmt: skip
-                else:
-                    break
+            pieces.extend([msg.pcm async for msg in exchange.rest()])
         finally:
-            finish()
-        pcm = b"".join(pieces)
-        if body.format == "wav":
-            import numpy as np  # noqa: PLC0415
-
-            data = wav_bytes(np.frombuffer(pcm, dtype="<i2"), rate)
-        else:
-            data = pcm
-        log.info("request", uid=uid, worker=wid, text_len=len(body.text),
-                 latency=round(1000 * (time.perf_counter() - started), 1))  # fmt: skip
+            await exchange.finish("cancelled", cancel=True)  # no-op after a normal end
+        if exchange.failure is not None:  # nothing was sent yet: answer with the error
+            raise WorkerReportedError(exchange.failure)
+        pcm = np.frombuffer(b"".join(pieces), dtype="<i2")
+        data = wav_bytes(pcm, rate) if body.format == "wav" else pcm.tobytes()
         return Response(data, media_type=media, headers=headers)
 
     async def body_iter() -> AsyncIterator[bytes]:
-        status = "ok"
-        try:
-            if body.format == "wav":
-                yield streaming_header(rate)
-            yield first.pcm
-            while True:
-                msg = await box.get()
-                if isinstance(msg, AudioChunkMsg):
-                    yield msg.pcm
-                elif isinstance(msg, StreamError):
-                    status = msg.type  # bytes already sent: end the stream early, say why
-                    log.warning("stream_failed", uid=uid, worker=wid, error_type=msg.type)
-                    return
-                else:
-                    return
-        except (asyncio.CancelledError, GeneratorExit):
-            status = "cancelled"
-            await pool.cancel(wid, uid)
-            raise
-        finally:
-            finish()
-            log.info("request", uid=uid, worker=wid, text_len=len(body.text), status=status,
-                     latency=round(1000 * (time.perf_counter() - started), 1))  # fmt: skip
+        if body.format == "wav":
+            yield streaming_header(rate)
+        yield first.pcm
+        async for msg in exchange.rest():
+            yield msg.pcm
 
-    return StreamingResponse(body_iter(), media_type=media, headers=headers)
+    return ExchangeStreamingResponse(exchange, body_iter(), media, headers)

@@ -47,6 +47,10 @@ class WorkerSpec:
     schedule: tuple[int, float, int]
     max_sentence_chars: int
     multiplex: bool = True
+    start_timeout_s: float = 120.0
+    """Not READY within this after spawn: killed and respawned."""
+    silence_timeout_s: float = 10.0
+    """No message for this long from a READY worker: killed (a hung worker never sends EOF)."""
 
 
 @dataclass
@@ -58,6 +62,8 @@ class _WorkerHandle:
     conn: Connection
     ready: WorkerReady | None = None
     streams: set[str] = field(default_factory=set)
+    started_at: float = field(default_factory=time.monotonic)
+    last_seen: float = field(default_factory=time.monotonic)
     send_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -81,6 +87,7 @@ class WorkerPool:
         self._closing = False
         self._ctx = mp.get_context("spawn")
         self._failures: dict[int, int] = {}
+        self._watchdog: asyncio.Task[None] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -88,6 +95,27 @@ class WorkerPool:
         """Spawn every worker; READY arrives later through the reader threads."""
         for wid in range(self.size):
             self._spawn(wid)
+        self._watchdog = self.loop.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        """Kill workers that never got READY or went silent; their exit then runs the usual
+        death path (fail their streams, respawn with backoff)."""
+        spec = self.spec
+        period = min(0.5, spec.silence_timeout_s / 4)
+        while not self._closing:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for handle in list(self.workers.values()):
+                if not handle.process.is_alive():
+                    continue
+                if handle.ready is None:
+                    stuck = now - handle.started_at > spec.start_timeout_s
+                else:
+                    stuck = now - handle.last_seen > spec.silence_timeout_s
+                if stuck:
+                    log.warning("worker_unresponsive", worker=handle.id, ready=bool(handle.ready),
+                                silent_s=round(now - handle.last_seen, 1))  # fmt: skip
+                    handle.process.kill()
 
     def _spawn(self, wid: int) -> None:
         parent, child = self._ctx.Pipe(duplex=True)
@@ -126,6 +154,8 @@ class WorkerPool:
     async def close(self, timeout: float = 5.0) -> None:
         """Ask workers to exit, then make sure they did."""
         self._closing = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         for handle in list(self.workers.values()):
             with contextlib.suppress(OSError, ValueError):
                 self._send(handle, Shutdown())
@@ -141,6 +171,7 @@ class WorkerPool:
     def _on_message(self, handle: _WorkerHandle, msg: FromWorker) -> None:
         if self.workers.get(handle.id) is not handle:
             return  # a message from a replaced worker
+        handle.last_seen = time.monotonic()
         if isinstance(msg, WorkerReady):
             handle.ready = msg
             self._failures[handle.id] = 0

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from ttsvc.audio.resample import StreamResampler
 from ttsvc.errors import TTSError
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
 from ttsvc.synthesis import AudioChunk, SynthesisParams, Synthesizer
@@ -27,6 +28,7 @@ class _Stream:
     samples_sent: int = 0
     compute_s: float = 0.0
     arrived: float = field(default_factory=time.monotonic)
+    resampler: StreamResampler | None = None
 
 
 class StreamScheduler:
@@ -62,6 +64,20 @@ class StreamScheduler:
 
         return min(self.streams.values(), key=deadline)
 
+    def _start(self, stream: _Stream) -> Iterator[AudioChunk]:
+        """Run the front end lazily, inside the stream's first step (its errors are its own)."""
+        job = stream.job
+        params = SynthesisParams(
+            speed=job.speed,
+            noise_scale=job.noise_scale,
+            noise_w=job.noise_w,
+            sentence_silence=job.sentence_silence,
+        )
+        rate = self.synth.sample_rate
+        if job.sample_rate is not None and job.sample_rate != rate:
+            stream.resampler = StreamResampler(rate, job.sample_rate)
+        return self.synth.stream(job.text, params)
+
     def step(self, send: Callable[[FromWorker], None]) -> None:
         """Advance one stream by one window and send what it produced."""
         stream = self._next()
@@ -69,15 +85,14 @@ class StreamScheduler:
         started = time.perf_counter()
         try:
             if stream.chunks is None:
-                job = stream.job
-                params = SynthesisParams(
-                    speed=job.speed,
-                    noise_scale=job.noise_scale,
-                    noise_w=job.noise_w,
-                    sentence_silence=job.sentence_silence,
-                )
-                stream.chunks = self.synth.stream(job.text, params)
+                stream.chunks = self._start(stream)
             chunk = next(stream.chunks, None)
+            if chunk is None:
+                samples = None
+            elif stream.resampler is not None:
+                samples = stream.resampler.process(chunk.samples, chunk.last)
+            else:
+                samples = chunk.samples
         except TTSError as exc:
             del self.streams[uid]
             send(StreamError(uid, exc.status, exc.type, exc.message, exc.field))
@@ -88,16 +103,15 @@ class StreamScheduler:
             return
         elapsed = time.perf_counter() - started
         stream.compute_s += elapsed
-        if chunk is None:
+        if chunk is None or samples is None:
             del self.streams[uid]
             send(StreamDone(uid, stream.samples_sent, stream.compute_s))
             return
         if stream.first_sent_at is None:
             stream.first_sent_at = time.monotonic()
-        stream.samples_sent += len(chunk.samples)
-        version = self.synth.engines.version
-        pcm = chunk.samples.astype("<i2").tobytes()
-        send(AudioChunkMsg(uid, pcm, chunk.offset, version, elapsed))
+        stream.samples_sent += len(chunk.samples)  # at the voice's rate: playback deadlines
+        pcm = samples.astype("<i2").tobytes()
+        send(AudioChunkMsg(uid, pcm, chunk.offset, self.synth.engines.version, elapsed))
         if chunk.last:
             del self.streams[uid]
             send(StreamDone(uid, stream.samples_sent, stream.compute_s))

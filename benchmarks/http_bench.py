@@ -1,0 +1,756 @@
+"""End-to-end HTTP benchmark: time to first audio and throughput of ``ttsvc serve``.
+
+Why this exists: the engine benchmark (``engine_bench.py``) shows what one synthesizer can do,
+but a caller sees the whole path: HTTP parsing, admission, the balancer, the pipe to a worker
+process, the worker's scheduling of concurrent streams (window-by-window multiplexing, or one
+request at a time), and the response stream back. The service's latency promises ("time to
+first audio p50/p99 at concurrency 1, 4 and 16, with multiplexing on and off") are about that
+path, so this benchmark starts the real server as a subprocess on loopback and drives it with a
+closed loop of concurrent clients, exactly as a voice bot would call it.
+
+For each mode (multiplex on, then off) one server is started, warmed up, and measured at each
+concurrency level. Each level is a closed loop: ``c`` clients each send a request, read the
+streamed WAV to the end, and send the next, until the level's request count is done or its time
+budget is spent. Every level of both modes sends the same texts in the same order (drawn with a
+fixed seed from ``corpus.txt``), so the modes differ only in how the server schedules them.
+
+This is a benchmark, not a test: it prints markdown tables, marks the issue's targets as
+pass/miss, and writes every per-request record to JSON; it never fails on a missed target.
+
+Run from the repository root::
+
+    python benchmarks/http_bench.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import platform
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import onnxruntime as ort
+
+from ttsvc.compile.build import ensure_default_voice
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DEFAULT_CORPUS = HERE / "corpus.txt"
+DEFAULT_ENGINES = HERE / ".cache" / "engines"
+DEFAULT_JSON = HERE / "results" / "http_bench.json"
+SERVER_LOG_DIR = HERE / ".cache"
+"""Server stdout/stderr go to a file here: a pipe nobody reads would block the server."""
+
+HOST = "127.0.0.1"
+"""Loopback only: the benchmark must never expose or reach anything off this machine."""
+
+MIN_CHARS, MAX_CHARS = 20, 60
+"""Corpus line length bounds: the issue's targets are stated for 20-60-character texts."""
+
+WAV_HEADER_BYTES = 44
+"""The streamed response starts with a 44-byte WAV header; audio is what comes after it."""
+DEFAULT_RATE = 22050
+"""Used only if a response lacks ``x-sample-rate`` (it should not)."""
+
+READY_TIMEOUT_S = 120.0
+"""How long a server gets to become ready (spawn workers, load engines)."""
+HEALTH_POLL_TIMEOUT_S = 1.0
+"""Socket timeout of one readiness poll: a poll must not hang on a server that is starting."""
+STOP_TIMEOUT_S = 45.0
+"""How long a SIGTERMed server gets to drain and exit before it is killed."""
+MAX_REQUESTS_PER_LEVEL = 100_000
+"""Upper bound on ``--requests``: every loop here is bounded."""
+
+MODES = {"on": True, "off": False}
+"""Multiplexing modes, in the order they run: label -> ``multiplex`` setting."""
+
+TARGETS: list[tuple[str, int, str, float]] = [
+    ("c=1 TTFA p50", 1, "ttfa_p50_ms", 30.0),
+    ("c=1 TTFA p99", 1, "ttfa_p99_ms", 55.0),
+    ("c=16 TTFA p99", 16, "ttfa_p99_ms", 150.0),
+]
+"""The issue's targets (multiplex on, 2-core machine): label, concurrency, summary key, max ms."""
+
+
+# --------------------------------------------------------------------------- inputs and machine
+
+
+def relative(path: Path) -> str:
+    """Paths in results are repository-relative so no machine's layout is committed."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return Path(path).name
+
+
+def load_corpus(path: Path) -> list[str]:
+    """Read one prompt per line; the length bounds keep the workload what the targets assume."""
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    lines = [line for line in lines if line]
+    for number, line in enumerate(lines, start=1):
+        if not MIN_CHARS <= len(line) <= MAX_CHARS:
+            raise SystemExit(
+                f"{path}:{number}: {len(line)} characters, want {MIN_CHARS}-{MAX_CHARS}: {line!r}"
+            )
+    if not lines:
+        raise SystemExit(f"{path}: no prompts")
+    return lines
+
+
+def cpu_model() -> str:
+    """``platform.processor()`` is often empty on Linux; /proc/cpuinfo names the CPU."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return ""
+
+
+def machine_info() -> dict[str, Any]:
+    """What the numbers depend on; printed as the header and stored in the JSON."""
+    return {
+        "processor": platform.processor(),
+        "cpu_model": cpu_model(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "onnxruntime": ort.__version__,
+        "httpx": httpx.__version__,
+        "numpy": np.__version__,
+    }
+
+
+def parse_levels(spec: str) -> list[int]:
+    """``"1,4,16"`` to concurrency levels; each must be a positive integer."""
+    levels: list[int] = []
+    for raw in spec.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        try:
+            level = int(item)
+        except ValueError:
+            raise SystemExit(f"--levels: {item!r} is not an integer") from None
+        if not 1 <= level <= 1024:
+            raise SystemExit(f"--levels: {level} is outside 1..1024")
+        levels.append(level)
+    if not levels:
+        raise SystemExit("--levels: need at least one level")
+    return levels
+
+
+def requests_for(level: int, override: int | None) -> int:
+    """Requests per level: enough samples for a p99 to mean something, scaled with ``c``.
+
+    60 at ``c=1``; at higher concurrency ``max(60, 8*c)`` so each client sends several requests
+    and the level is not dominated by its ramp-up and drain. ``--requests`` overrides all levels.
+    """
+    count = override if override is not None else (60 if level == 1 else max(60, 8 * level))
+    return max(1, min(count, MAX_REQUESTS_PER_LEVEL))
+
+
+def level_texts(corpus: Sequence[str], count: int, seed: int, level: int) -> list[int]:
+    """Corpus indices for one level, uniform with a fixed seed.
+
+    Seeded by (seed, level) and not by mode, so multiplex on and off see the same texts in the
+    same order at each level: the comparison between modes is like for like.
+    """
+    rng = random.Random(seed * 1009 + level)
+    return [rng.randrange(len(corpus)) for _ in range(count)]
+
+
+# --------------------------------------------------------------------------- server process
+
+
+def free_port() -> int:
+    """A loopback port the OS says is free now (the server binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A ``ttsvc serve`` subprocess and where its log goes."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    argv: list[str]
+
+    @property
+    def base_url(self) -> str:
+        """Loopback URL of the gateway."""
+        return f"http://{HOST}:{self.port}"
+
+
+def start_server(
+    engines_dir: Path, workers: int, multiplex: bool, port: int, max_streams: int | None
+) -> Server:
+    """Spawn the service exactly as an operator would run it (CLI, gateway + worker processes)."""
+    port = port or free_port()
+    argv = [
+        sys.executable, "-m", "ttsvc.cli", "serve",
+        "--host", HOST, "--port", str(port), "--workers", str(workers),
+        "--engines-dir", str(engines_dir),
+    ]  # fmt: skip
+    if not multiplex:
+        argv.append("--no-multiplex")
+    if max_streams is not None:
+        argv += ["--max-streams-per-worker", str(max_streams)]
+    SERVER_LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = SERVER_LOG_DIR / f"http_bench_server_{'on' if multiplex else 'off'}.log"
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, cwd=ROOT)
+    return Server(proc, port, log_path, argv)
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    """The end of the server log, for an error message when the server does not come up."""
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def wait_ready(server: Server, timeout_s: float = READY_TIMEOUT_S) -> float:
+    """Poll ``/health`` until a worker is ready; returns seconds waited.
+
+    Each poll has a short socket timeout so a half-started server cannot hang the loop. Between
+    polls the wait is ``proc.wait(timeout=...)`` rather than a sleep, so a server that crashes
+    during start-up is noticed at once instead of after the deadline.
+    """
+    started = time.perf_counter()
+    deadline = started + timeout_s
+    with httpx.Client(timeout=HEALTH_POLL_TIMEOUT_S, trust_env=False) as client:
+        while time.perf_counter() < deadline:
+            try:
+                resp = client.get(f"{server.base_url}/health")
+                if resp.status_code == 200 and resp.json().get("status") == "ok":
+                    return time.perf_counter() - started
+            except (httpx.HTTPError, ValueError):
+                pass
+            try:
+                code = server.proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                continue
+            raise RuntimeError(
+                f"server exited with {code} before it was ready; log {relative(server.log_path)}:"
+                f"\n{log_tail(server.log_path)}"
+            )
+    raise RuntimeError(
+        f"server not ready after {timeout_s:.0f} s; log {relative(server.log_path)}:"
+        f"\n{log_tail(server.log_path)}"
+    )
+
+
+def stop_server(server: Server) -> int | None:
+    """SIGTERM (the service drains and exits 0); kill only if it does not exit in time."""
+    proc = server.proc
+    if proc.poll() is not None:
+        return proc.returncode
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        print(f"  server did not exit within {STOP_TIMEOUT_S:.0f} s: killing", file=sys.stderr)
+        proc.kill()
+        try:
+            return proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+# --------------------------------------------------------------------------- one request
+
+
+@dataclass
+class Record:
+    """One request as a client saw it. Times are milliseconds from its own send."""
+
+    mode: str
+    concurrency: int
+    index: int
+    client: int
+    text_index: int
+    text_chars: int
+    start_s: float = 0.0
+    """Send time, seconds from the start of the level (to see ramp-up and drift)."""
+    status: int | None = None
+    error: str | None = None
+    ttfa_ms: float | None = None
+    latency_ms: float | None = None
+    pcm_bytes: int = 0
+    audio_s: float = 0.0
+    sample_rate: int | None = None
+    reads: int = 0
+    underruns: int = 0
+    stall_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Completed with audio and no error."""
+        return self.error is None
+
+
+async def one_request(client: httpx.AsyncClient, url: str, text: str, rec: Record) -> None:
+    """Send one synthesis request, read the stream to its end, and fill in ``rec``.
+
+    TTFA ends at the first PCM byte after the 44-byte WAV header: a header alone is not audio.
+    Bytes are read with ``aiter_raw`` so nothing is buffered or decoded between socket and clock.
+
+    Underruns model a client that plays in real time: playback starts when the first PCM byte
+    arrives; each later read that arrives after the audio received so far would have finished
+    playing is an underrun. The player then stalls until that read arrives and resumes from it
+    (so one late read counts once, not once for every read after it); ``stall_ms`` sums the gaps.
+    """
+    payload = {"text": text, "noise_scale": 0, "noise_w": 0}
+    sent = time.perf_counter()
+    try:
+        async with client.stream("POST", url, json=payload) as resp:
+            rec.status = resp.status_code
+            if resp.status_code != 200:
+                await resp.aread()
+                rec.error = f"http_{resp.status_code}"
+                rec.latency_ms = (time.perf_counter() - sent) * 1000.0
+                return
+            rate = int(resp.headers.get("x-sample-rate", DEFAULT_RATE))
+            rec.sample_rate = rate
+            received = 0
+            pcm = 0
+            play_end = 0.0
+            async for raw in resp.aiter_raw():
+                now = time.perf_counter()
+                received += len(raw)
+                new_pcm = max(0, received - WAV_HEADER_BYTES) - pcm
+                if new_pcm <= 0:
+                    continue
+                rec.reads += 1
+                duration = new_pcm / 2 / rate
+                if pcm == 0:
+                    rec.ttfa_ms = (now - sent) * 1000.0
+                    play_end = now + duration
+                elif now > play_end:
+                    rec.underruns += 1
+                    rec.stall_ms += (now - play_end) * 1000.0
+                    play_end = now + duration
+                else:
+                    play_end += duration
+                pcm += new_pcm
+            rec.latency_ms = (time.perf_counter() - sent) * 1000.0
+            rec.pcm_bytes = pcm
+            rec.audio_s = pcm / 2 / rate
+            if pcm == 0:
+                rec.error = "no_audio"
+    except httpx.HTTPError as exc:
+        rec.error = type(exc).__name__
+        rec.latency_ms = (time.perf_counter() - sent) * 1000.0
+
+
+# --------------------------------------------------------------------------- one level
+
+
+@dataclass
+class LevelResult:
+    """All records of one (mode, concurrency) level and its wall time."""
+
+    mode: str
+    concurrency: int
+    planned: int
+    wall_s: float
+    stopped_by_deadline: bool
+    records: list[Record] = field(default_factory=list)
+
+
+async def run_level(
+    client: httpx.AsyncClient,
+    url: str,
+    mode: str,
+    level: int,
+    corpus: Sequence[str],
+    text_ids: Sequence[int],
+    max_seconds: float,
+) -> LevelResult:
+    """Closed loop: ``level`` clients send back to back until the requests or the time run out.
+
+    Requests are claimed from a shared counter before they are sent, so exactly ``len(text_ids)``
+    requests complete unless the deadline stops new sends first (in-flight ones still finish,
+    bounded by the client's timeout). Claiming in order also makes request ``i`` send text
+    ``text_ids[i]`` in both modes. The level's wall time runs from the start to the last response.
+    """
+    planned = len(text_ids)
+    records: list[Record] = []
+    next_index = 0
+    deadline_hit = False
+    started = time.perf_counter()
+    deadline = started + max_seconds
+
+    async def client_loop(cid: int) -> None:
+        nonlocal next_index, deadline_hit
+        while next_index < planned:
+            if time.perf_counter() >= deadline:
+                deadline_hit = True
+                return
+            index = next_index
+            next_index += 1
+            tid = text_ids[index]
+            rec = Record(mode, level, index, cid, tid, len(corpus[tid]))
+            rec.start_s = time.perf_counter() - started
+            await one_request(client, url, corpus[tid], rec)
+            records.append(rec)
+
+    await asyncio.gather(*(client_loop(cid) for cid in range(level)))
+    wall = time.perf_counter() - started
+    records.sort(key=lambda r: r.index)
+    return LevelResult(mode, level, planned, wall, deadline_hit, records)
+
+
+async def warm_up(
+    client: httpx.AsyncClient, url: str, corpus: Sequence[str], count: int, workers: int, seed: int
+) -> list[Record]:
+    """A few unmeasured requests, ``workers`` at a time so every worker process runs once.
+
+    The first requests pay one-off costs (ONNX Runtime arena growth, first-call kernel selection,
+    connection set-up) that are not what the levels measure.
+    """
+    rng = random.Random(seed - 1)
+    records: list[Record] = []
+    for start in range(0, count, max(1, workers)):
+        batch = []
+        for i in range(start, min(count, start + max(1, workers))):
+            tid = rng.randrange(len(corpus))
+            batch.append(Record("warmup", 0, i, i - start, tid, len(corpus[tid])))
+        await asyncio.gather(*(one_request(client, url, corpus[r.text_index], r) for r in batch))
+        records.extend(batch)
+    return records
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def pct(values: Sequence[float], q: float) -> float | None:
+    """Percentile with numpy's linear interpolation; None where there are no values."""
+    if not values:
+        return None
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+
+
+def summarize(level: LevelResult) -> dict[str, Any]:
+    """The per-level figures of the table: ok requests only enter latency and audio figures."""
+    ok = [r for r in level.records if r.ok]
+    ttfa = [r.ttfa_ms for r in ok if r.ttfa_ms is not None]
+    latency = [r.latency_ms for r in ok if r.latency_ms is not None]
+    errors: dict[str, int] = {}
+    for r in level.records:
+        if r.error is not None:
+            errors[r.error] = errors.get(r.error, 0) + 1
+    wall = level.wall_s if level.wall_s > 0 else float("nan")
+    underrun_requests = sum(1 for r in ok if r.underruns > 0)
+    return {
+        "mode": level.mode,
+        "multiplex": MODES[level.mode],
+        "concurrency": level.concurrency,
+        "planned": level.planned,
+        "sent": len(level.records),
+        "ok": len(ok),
+        "errors": sum(errors.values()),
+        "errors_by_kind": errors,
+        "stopped_by_deadline": level.stopped_by_deadline,
+        "wall_s": level.wall_s,
+        "qps": len(ok) / wall,
+        "ttfa_p50_ms": pct(ttfa, 50),
+        "ttfa_p95_ms": pct(ttfa, 95),
+        "ttfa_p99_ms": pct(ttfa, 99),
+        "ttfa_max_ms": max(ttfa) if ttfa else None,
+        "latency_p50_ms": pct(latency, 50),
+        "latency_p99_ms": pct(latency, 99),
+        "audio_s_total": sum(r.audio_s for r in ok),
+        "audio_s_per_s": sum(r.audio_s for r in ok) / wall,
+        "underruns_total": sum(r.underruns for r in ok),
+        "underrun_requests": underrun_requests,
+        "underrun_share": underrun_requests / len(ok) if ok else None,
+    }
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    """A table cell: fixed digits, or an en dash where there is no value."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def results_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """The main markdown table, one row per (mode, concurrency)."""
+    head = (
+        "| multiplex | c | n ok | QPS | TTFA p50 ms | TTFA p95 ms | TTFA p99 ms | "
+        "latency p50 ms | latency p99 ms | audio s/s | underruns % | errors |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    )
+    rows = []
+    for s in summaries:
+        errors = ", ".join(f"{k}×{v}" for k, v in sorted(s["errors_by_kind"].items())) or "0"
+        n = f"{s['ok']}/{s['sent']}" + (" (time limit)" if s["stopped_by_deadline"] else "")
+        share = s["underrun_share"]
+        rows.append(
+            f"| {s['mode']} | {s['concurrency']} | {n} | {fmt(s['qps'], 2)} | "
+            f"{fmt(s['ttfa_p50_ms'])} | {fmt(s['ttfa_p95_ms'])} | {fmt(s['ttfa_p99_ms'])} | "
+            f"{fmt(s['latency_p50_ms'])} | {fmt(s['latency_p99_ms'])} | "
+            f"{fmt(s['audio_s_per_s'], 2)} | {fmt(None if share is None else 100 * share)} | "
+            f"{errors} |"
+        )
+    return "\n".join([head, *rows])
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None where either is missing or b is zero."""
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def compare_modes(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Multiplex on vs off at each concurrency both modes ran, as on/off ratios of TTFA."""
+    by = {(s["mode"], s["concurrency"]): s for s in summaries}
+    levels = sorted({c for (m, c) in by if m == "on"} & {c for (m, c) in by if m == "off"})
+    rows = []
+    for c in levels:
+        on, off = by[("on", c)], by[("off", c)]
+        rows.append({
+            "concurrency": c,
+            "on_ttfa_p50_ms": on["ttfa_p50_ms"], "off_ttfa_p50_ms": off["ttfa_p50_ms"],
+            "p50_ratio_on_off": ratio(on["ttfa_p50_ms"], off["ttfa_p50_ms"]),
+            "on_ttfa_p99_ms": on["ttfa_p99_ms"], "off_ttfa_p99_ms": off["ttfa_p99_ms"],
+            "p99_ratio_on_off": ratio(on["ttfa_p99_ms"], off["ttfa_p99_ms"]),
+        })  # fmt: skip
+    return rows
+
+
+def comparison_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The second markdown table: TTFA with multiplexing on relative to off (< 1: on is faster)."""
+    head = (
+        "| c | TTFA p50 on / off ms | p50 ratio on/off "
+        "| TTFA p99 on / off ms | p99 ratio on/off |\n"
+        "|---:|---:|---:|---:|---:|"
+    )
+    lines = [
+        f"| {r['concurrency']} | {fmt(r['on_ttfa_p50_ms'])} / {fmt(r['off_ttfa_p50_ms'])} | "
+        f"{fmt(r['p50_ratio_on_off'], 2)} | {fmt(r['on_ttfa_p99_ms'])} / "
+        f"{fmt(r['off_ttfa_p99_ms'])} | {fmt(r['p99_ratio_on_off'], 2)} |"
+        for r in rows
+    ]
+    return "\n".join([head, *lines])
+
+
+def check_targets(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's targets against multiplex-on figures: pass, miss, or not run."""
+    by = {(s["mode"], s["concurrency"]): s for s in summaries}
+    out = []
+    for label, level, key, limit in TARGETS:
+        s = by.get(("on", level))
+        value = s[key] if s else None
+        verdict = "not run" if value is None else ("pass" if value <= limit else "miss")
+        out.append({"target": label, "limit_ms": limit, "value_ms": value, "verdict": verdict})
+    return out
+
+
+def clean(value: Any) -> Any:
+    """NaN and infinities to None, recursively: the JSON must be strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------- driver
+
+
+async def run_mode(
+    server: Server,
+    mode: str,
+    args: argparse.Namespace,
+    corpus: Sequence[str],
+    levels: Sequence[int],
+) -> tuple[list[Record], list[LevelResult]]:
+    """Warm up one server, then run every level against it with one shared HTTP client.
+
+    One ``AsyncClient`` with a connection per client (plus spare) keeps connections alive across
+    requests, as a real caller would, so connection set-up is not in every TTFA.
+    """
+    url = f"{server.base_url}/synthesize"
+    limit = max(levels) + 4
+    limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
+    timeout = httpx.Timeout(args.timeout, connect=min(10.0, args.timeout))
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+        warm = await warm_up(client, url, corpus, args.warmup, args.workers, args.seed)
+        bad = [r.error for r in warm if r.error]
+        print(f"  warm-up: {len(warm) - len(bad)}/{len(warm)} ok {bad or ''}", file=sys.stderr)
+        results = []
+        for level in levels:
+            count = requests_for(level, args.requests)
+            ids = level_texts(corpus, count, args.seed, level)
+            result = await run_level(client, url, mode, level, corpus, ids, args.max_seconds)
+            s = summarize(result)
+            print(
+                f"  c={level}: {s['ok']}/{s['sent']} ok in {result.wall_s:.1f} s, "
+                f"TTFA p50 {fmt(s['ttfa_p50_ms'])} ms p99 {fmt(s['ttfa_p99_ms'])} ms",
+                file=sys.stderr,
+            )
+            results.append(result)
+    return warm, results
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    """Command-line flags; defaults reproduce the issue's measurement."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--engines-dir",
+        type=Path,
+        default=DEFAULT_ENGINES,
+        help="engine repository; the default voice is compiled here if missing",
+    )
+    p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    p.add_argument("--workers", type=int, default=2, help="worker processes per server")
+    p.add_argument("--levels", default="1,4,16", help="concurrency levels, comma-separated")
+    p.add_argument("--modes", default="on,off", help="multiplex modes to run: on, off or both")
+    p.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        help="requests per level (default 60 at c=1, max(60, 8*c) otherwise)",
+    )
+    p.add_argument("--max-seconds", type=float, default=60.0,
+                   help="time budget per level: no new requests after it")  # fmt: skip
+    p.add_argument("--warmup", type=int, default=6, help="unmeasured requests per server")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--timeout", type=float, default=30.0, help="per-request timeout, seconds")
+    p.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
+    p.add_argument("--max-streams-per-worker", type=int, default=None,
+                   help="passed to the server (default: the server's)")  # fmt: skip
+    p.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every mode and level, print the tables, write the JSON."""
+    args = build_arg_parser().parse_args(argv)
+    levels = parse_levels(args.levels)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in MODES for m in modes):
+        raise SystemExit("--modes: use on, off or on,off")
+    if args.workers < 1 or args.max_seconds <= 0 or args.timeout <= 0 or args.warmup < 0:
+        raise SystemExit("--workers, --max-seconds and --timeout must be positive")
+    corpus = load_corpus(args.corpus)
+    info = machine_info()
+    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    print(f"engines: {relative(args.engines_dir)}", file=sys.stderr)
+    version = ensure_default_voice(Path(args.engines_dir), lambda m: print(m, file=sys.stderr))
+    engines_dir = Path(args.engines_dir).resolve()
+
+    all_warm: list[Record] = []
+    all_levels: list[LevelResult] = []
+    servers: list[dict[str, Any]] = []
+    for mode in modes:
+        print(f"multiplex {mode}: starting server ({args.workers} workers)", file=sys.stderr)
+        server = start_server(
+            engines_dir, args.workers, MODES[mode], args.port, args.max_streams_per_worker
+        )
+        exit_code: int | None = None
+        try:
+            ready_s = wait_ready(server)
+            print(f"  ready in {ready_s:.1f} s on port {server.port}", file=sys.stderr)
+            warm, results = asyncio.run(run_mode(server, mode, args, corpus, levels))
+            all_warm.extend(warm)
+            all_levels.extend(results)
+        finally:
+            exit_code = stop_server(server)
+            print(f"  server stopped (exit {exit_code})", file=sys.stderr)
+        servers.append({
+            "mode": mode,
+            "argv": ["python", *[relative(Path(a)) if a == str(engines_dir) else a
+                                 for a in server.argv[1:]]],
+            "ready_s": ready_s,
+            "exit_code": exit_code,
+            "log": relative(server.log_path),
+        })  # fmt: skip
+
+    summaries = [summarize(level) for level in all_levels]
+    comparison = compare_modes(summaries)
+    targets = check_targets(summaries)
+
+    processor = info["processor"] or info["cpu_model"] or info["machine"]
+    print(
+        f"HTTP benchmark — machine: {processor} ({info['cpu_count']} CPUs), "
+        f"Python {info['python']}, ONNX Runtime {info['onnxruntime']}, "
+        f"workers {args.workers}, {date}"
+    )
+    print()
+    print(results_table(summaries))
+    if comparison:
+        print()
+        print("Multiplex on vs off (time to first audio; ratio < 1: multiplexing is faster)")
+        print()
+        print(comparison_table(comparison))
+    print()
+    print("Targets (multiplex on, 20–60-character texts, end to end over HTTP):")
+    for t in targets:
+        print(f"- {t['target']} ≤ {t['limit_ms']:.0f} ms: {fmt(t['value_ms'])} ms — {t['verdict']}")
+
+    payload = {
+        "benchmark": "http_bench",
+        "date": date,
+        "machine": info,
+        "engine_version": version.version,
+        "settings": {
+            "workers": args.workers,
+            "levels": levels,
+            "modes": modes,
+            "requests": {str(c): requests_for(c, args.requests) for c in levels},
+            "max_seconds": args.max_seconds,
+            "warmup": args.warmup,
+            "seed": args.seed,
+            "timeout_s": args.timeout,
+            "max_streams_per_worker": args.max_streams_per_worker,
+            "corpus": relative(args.corpus),
+            "engines_dir": relative(args.engines_dir),
+            "host": HOST,
+            "request_body": {"noise_scale": 0, "noise_w": 0},
+        },
+        "servers": servers,
+        "summary": summaries,
+        "comparison": comparison,
+        "targets": targets,
+        "warmup_records": [asdict(r) for r in all_warm],
+        "records": [asdict(r) for level in all_levels for r in level.records],
+    }
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(clean(payload), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    tmp.replace(out)
+    print(f"\nwrote {relative(out)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
