@@ -47,10 +47,10 @@ def test_streamed_equals_one_shot(text: str, schedule: WindowSchedule, synth: Sy
         latents = synth.latents(sentence.ids, DETERMINISTIC)
         pieces = list(synth.windows(latents, schedule))
         streamed = np.concatenate(pieces)
-        one_shot = synth.engines.vocoder.waveform(latents)
+        one_shot = synth.engines.vocoder.waveform(synth.frames(latents))
         assert streamed.shape == one_shot.shape
         assert np.max(np.abs(streamed - one_shot)) <= 1e-3
-        assert len(pieces) == len(schedule.windows(latents.shape[2]))
+        assert len(pieces) == len(synth.plan(latents.shape[2], schedule))
 
 
 def test_short_sentence_is_shorter_than_one_window(synth: Synthesizer) -> None:
@@ -155,3 +155,36 @@ def test_torture_gives_audio_or_typed_error(text: str, synth: Synthesizer) -> No
     pcm = np.concatenate([c.samples for c in chunks])
     assert len(pcm) > 0
     assert chunks[-1].last
+
+
+def test_windows_cover_every_frame_once() -> None:
+    for frames in (1, 7, 8, 9, 100, 181, 700, 3000):
+        for schedule in SCHEDULES:
+            plan = schedule.windows(frames)
+            assert plan[0][0] == 0 and plan[-1][1] == frames
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(plan))
+            assert all(end > start for start, end in plan)
+
+
+def test_playback_cap_keeps_each_window_inside_the_audio_already_sent() -> None:
+    schedule = WindowSchedule(first=8, growth=8.0, max=512, realtime_share=0.5)
+    cost, frame_s, context = 0.0006, 256 / 22050, 68
+    plan = schedule.windows(3000, frame_cost_s=cost, frame_s=frame_s, context=context)
+    uncapped = schedule.windows(3000)
+    assert len(plan) > len(uncapped)  # the cap made later windows smaller
+    sent = 0
+    for start, end in plan:  # a merged tail too stays within the cap
+        if sent >= 16:  # the first windows are at least ``first`` frames whatever the cap says
+            assert (end - start + context) * cost <= 0.5 * sent * frame_s + 1e-9
+        sent = end
+
+
+def test_calibrated_stream_still_equals_one_shot(synth: Synthesizer) -> None:
+    text = "A calibrated synthesizer picks its own window sizes, exactly."
+    try:
+        assert synth.calibrate() > 0
+        streamed = np.concatenate([c.samples for c in synth.stream(text, DETERMINISTIC)])
+    finally:
+        synth.frame_cost_s = 0.0  # the session-wide fixture stays uncalibrated
+    whole = synth.synthesize(text, DETERMINISTIC)
+    assert np.max(np.abs(streamed.astype(np.int32) - whole.astype(np.int32))) <= 33

@@ -177,6 +177,7 @@ def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
     engines = load_engine_set(path, settings.threads)
     loaded = time.perf_counter()
     synth = Synthesizer(engines, settings.schedule(), settings.max_sentence_chars)
+    synth.calibrate()
     chunks: list[np.ndarray] = []
     first: float | None = None
     t0 = time.perf_counter()

@@ -32,9 +32,9 @@ class Settings(BaseSettings):
     """ONNX Runtime intra-op threads per worker process."""
     first_window_frames: int = Field(8, ge=1, le=256)
     """Frames in a sentence's first vocoder window: smaller starts audio sooner."""
-    window_growth: float = Field(2.0, ge=1.0, le=8.0)
+    window_growth: float = Field(8.0, ge=1.0, le=64.0)
     """Growth factor of later windows."""
-    max_window_frames: int = Field(128, ge=1, le=4096)
+    max_window_frames: int = Field(512, ge=1, le=4096)
     """Largest vocoder window in frames."""
     max_sentence_chars: int = Field(200, ge=20, le=2000)
     """Sentences longer than this are split at clauses for streaming."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ttsvc.backends.onnxruntime import load_engine_set
@@ -11,24 +12,29 @@ from ttsvc.compile.build import CompileOptions, compile_voice, default_checkpoin
 from ttsvc.errors import BackendUnavailable, InvalidParameter
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.repository.manifest import load_manifest, sha256_file
+from ttsvc.synthesis import SynthesisParams, Synthesizer, WindowSchedule
 
 
 def test_published_layout_and_manifest(default_version: EngineVersion) -> None:
     files = sorted(p.name for p in default_version.path.iterdir())
-    assert files == ["acoustic.onnx", "manifest.json", "vocoder.onnx", "voice.json"]
+    assert files == ["acoustic.onnx", "flow.onnx", "manifest.json", "vocoder.onnx", "voice.json"]
     manifest = load_manifest(default_version.path)
     assert manifest.version == default_version.version == 1
     assert manifest.backend == "ort"
     assert manifest.sample_rate == 22050 and manifest.hop_length == 256
     assert manifest.latent_channels == 192
-    assert manifest.precision == {"acoustic": "fp32", "vocoder": "fp32"}
+    assert manifest.precision == {"acoustic": "fp32", "flow": "fp32", "vocoder": "fp32"}
     for name, entry in manifest.files.items():
         path = default_version.path / name
         assert entry.size == path.stat().st_size
         assert entry.sha256 == sha256_file(path)
     assert manifest.runtime["onnxruntime"] and manifest.runtime["machine"]
-    assert manifest.frame_context.max_abs_error <= 1e-4
-    assert 0 < manifest.frame_context.right <= 64
+    assert set(manifest.contexts) == {"flow", "vocoder"}
+    for context in manifest.contexts.values():
+        assert context.max_abs_error <= 1e-5
+        assert 0 < context.left <= 64 and 0 < context.right <= 64
+    # the decoder's receptive field is the narrower one: that is why it has its own engine
+    assert manifest.contexts["vocoder"].right < manifest.contexts["flow"].right
     # no staging directory left behind
     assert [p.name for p in default_version.path.parent.iterdir()] == ["1"]
 
@@ -53,7 +59,7 @@ def test_fp16_on_cpu_is_refused(tmp_path: Path) -> None:
 def test_int8_kept_only_where_quality_holds(tmp_path: Path) -> None:
     published = compile_voice(_options(tmp_path, quantize="int8", min_snr_db=30.0))
     manifest = load_manifest(published.path)
-    for engine in ("acoustic", "vocoder"):
+    for engine in ("acoustic", "flow", "vocoder"):
         snr = manifest.quality[f"{engine}_int8_snr_db"]
         assert manifest.precision[engine] == ("int8" if snr >= 30.0 else "fp32")
     load_engine_set(published.path)
@@ -68,5 +74,12 @@ def test_second_compile_is_a_new_version_at_the_decoder_split(tmp_path: Path) ->
     assert repo.latest("v") == second
     manifest = load_manifest(second.path)
     assert manifest.split_at == "decoder"
+    assert set(manifest.contexts) == {"vocoder"} and "flow.onnx" not in manifest.files
     engines = load_engine_set(second.path)
-    assert engines.version == 2
+    assert engines.version == 2 and engines.flow is None
+    synth = Synthesizer(engines)  # windows of decoder frames only: still exact
+    params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
+    (sentence,) = synth.sentences("The decoder split streams exactly too.")
+    latents = synth.latents(sentence.ids, params)
+    streamed = np.concatenate(list(synth.windows(latents, WindowSchedule(4, 2.0, 32))))
+    assert np.max(np.abs(streamed - synth.one_shot(sentence.ids, params))) <= 1e-3

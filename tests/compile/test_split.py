@@ -20,22 +20,29 @@ def voice_model() -> onnx.ModelProto:
 def test_flow_split_found_by_structure(voice_model: onnx.ModelProto) -> None:
     split = find_split(voice_model, "flow")
     # ARCHITECTURE.md measured these boundaries for the default voice; the code found them alone
-    assert split.frame_input == "/Add_output_0"
+    assert split.latent == "/Add_output_0"
     assert split.mask == "/Cast_2_output_0"
+    assert split.decoder_input == "/Mul_7_output_0"
     assert split.sentence_inputs == ("input", "input_lengths", "scales")
 
 
 def test_decoder_split_found_by_structure(voice_model: onnx.ModelProto) -> None:
     split = find_split(voice_model, "decoder")
-    assert split.frame_input == "/Mul_7_output_0"
-    assert split.mask is None
+    assert split.decoder_input == "/Mul_7_output_0"
+    assert split.latent is None and split.mask is None
 
 
 def test_split_engines_have_stable_boundary_names(voice_model: onnx.ModelProto) -> None:
-    acoustic, vocoder, _ = split_model(voice_model, "flow")
-    assert [o.name for o in acoustic.graph.output] == ["latents", "mask"]
-    assert [i.name for i in vocoder.graph.input] == ["latents", "mask"]
-    assert [o.name for o in vocoder.graph.output] == ["output"]
+    engines = split_model(voice_model, "flow")
+    assert engines.flow is not None
+    assert [o.name for o in engines.acoustic.graph.output] == ["latents", "mask"]
+    assert [i.name for i in engines.flow.graph.input] == ["latents", "mask"]
+    assert [o.name for o in engines.flow.graph.output] == ["frames"]
+    assert [i.name for i in engines.vocoder.graph.input] == ["frames"]
+    assert [o.name for o in engines.vocoder.graph.output] == ["output"]
+    at_decoder = split_model(voice_model, "decoder")
+    assert at_decoder.flow is None
+    assert [o.name for o in at_decoder.acoustic.graph.output] == ["frames"]
 
 
 def test_renamed_tensors_do_not_matter(voice_model: onnx.ModelProto) -> None:
@@ -54,8 +61,9 @@ def test_renamed_tensors_do_not_matter(voice_model: onnx.ModelProto) -> None:
     for out in model.graph.output:
         out.name = names.get(out.name, out.name)
     split = find_split(model, "flow")
-    assert split.frame_input == names["/Add_output_0"]
+    assert split.latent == names["/Add_output_0"]
     assert split.mask == names["/Cast_2_output_0"]
+    assert split.decoder_input == names["/Mul_7_output_0"]
 
 
 def test_graph_without_vocoder_is_refused() -> None:

@@ -140,7 +140,11 @@ def test_concurrent_requests_have_no_cross_talk(server: Server) -> None:
     for t in threads:
         t.join()
     for text in texts:
-        assert np.array_equal(results[text], baseline[text]), text
+        # each worker sizes its windows by its own measured speed, and windows agree with one-shot
+        # to ~1e-6, so a sample may round one PCM16 step apart; another caller's audio would not
+        assert results[text].shape == baseline[text].shape, text
+        diff = np.abs(results[text].astype(np.int32) - baseline[text])
+        assert diff.max() <= 1, text
 
 
 @pytest.mark.parametrize(

@@ -22,18 +22,27 @@ IntArray = npt.NDArray[np.int64]
 
 
 class AcousticEngine(Protocol):
-    """Sentence-level part: phoneme ids → latent frames (text encoder, durations, noise)."""
+    """Sentence-level part: phoneme ids → latents (text encoder, durations, noise)."""
 
     def latents(self, ids: IntArray, scales: FloatArray) -> FloatArray:
-        """Return latent frames ``[1, C, T]`` for ids ``[1, N]`` and scales ``[3]``."""
+        """Return latents ``[1, C, T]`` for ids ``[1, N]`` and scales ``[3]``: the flow's input,
+        or the decoder frames themselves when there is no flow engine."""
+        ...
+
+
+class FlowEngine(Protocol):
+    """Frame-level, cheap, wide receptive field: a window of latents z_p → decoder frames z."""
+
+    def frames(self, latents: FloatArray) -> FloatArray:
+        """Return decoder frames ``[1, C, T]`` for latents ``[1, C, T]``."""
         ...
 
 
 class VocoderEngine(Protocol):
-    """Frame-level part: a window of latent frames → waveform samples (flow + HiFi-GAN)."""
+    """Frame-level, costly, narrow receptive field: a window of decoder frames → waveform."""
 
-    def waveform(self, latents: FloatArray) -> FloatArray:
-        """Return ``hop * T`` float samples in [-1, 1] for latents ``[1, C, T]``."""
+    def waveform(self, frames: FloatArray) -> FloatArray:
+        """Return ``hop * T`` float samples in [-1, 1] for frames ``[1, C, T]``."""
         ...
 
 
@@ -42,6 +51,8 @@ class EngineSet:
     """A loaded, verified engine version: what one stream is synthesized with from start to end."""
 
     acoustic: AcousticEngine
+    flow: FlowEngine | None
+    """``None`` when the acoustic engine already includes the flow (split at the decoder)."""
     vocoder: VocoderEngine
     manifest: Manifest
     voice: VoiceConfig

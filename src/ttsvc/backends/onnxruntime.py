@@ -8,6 +8,7 @@ sees a byte of them, so a truncated or altered file is refused with a message na
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -15,15 +16,16 @@ import onnxruntime as ort
 
 from ttsvc.backends.base import EngineSet, FloatArray, IntArray
 from ttsvc.errors import EngineError
-from ttsvc.repository.manifest import Manifest, cpu_fingerprint, load_manifest, verify_files
+from ttsvc.repository.manifest import Manifest, cpu_fingerprint, load_manifest, read_verified
 from ttsvc.voice import VoiceConfig
 
 ACOUSTIC_FILE = "acoustic.onnx"
+FLOW_FILE = "flow.onnx"
 VOCODER_FILE = "vocoder.onnx"
 VOICE_FILE = "voice.json"
 
 
-def session_options(threads: int) -> ort.SessionOptions:
+def session_options(threads: int, optimize: bool = False) -> ort.SessionOptions:
     """Options for a worker's sessions.
 
     One intra-op thread by default: a worker process is the unit of parallelism, and extra
@@ -34,18 +36,28 @@ def session_options(threads: int) -> ort.SessionOptions:
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if optimize
+        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
     opts.log_severity_level = 3
     if threads == 1:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return opts
 
 
-def create_session(path: Path, threads: int) -> ort.InferenceSession:
-    """Create a CPU session; ONNX Runtime's failures become an engine error naming the file."""
+def create_session(
+    path: Path, threads: int, data: bytes | None = None, optimize: bool = False
+) -> ort.InferenceSession:
+    """Create a CPU session (from ``data`` when given, already verified, else from ``path``);
+    ONNX Runtime's failures become an engine error naming the file. ``optimize`` is for graphs
+    not optimized at compile time (the compiler's own checks)."""
     try:
         return ort.InferenceSession(
-            str(path), session_options(threads), providers=["CPUExecutionProvider"]
+            data if data is not None else str(path),
+            session_options(threads, optimize),
+            providers=["CPUExecutionProvider"],
         )
     except Exception as exc:  # ORT raises its own untyped exceptions for bad graphs
         raise EngineError(f"{path}: ONNX Runtime could not load it: {exc}") from exc
@@ -56,28 +68,37 @@ class OrtAcoustic:
 
     def __init__(self, session: ort.InferenceSession) -> None:
         self._session = session
+        self._output = session.get_outputs()[0].name  # "latents", or "frames" without a flow
 
     def latents(self, ids: IntArray, scales: FloatArray) -> FloatArray:
         lengths = np.array([ids.shape[1]], dtype=np.int64)
         out = self._session.run(
-            ["latents"], {"input": ids, "input_lengths": lengths, "scales": scales}
+            [self._output], {"input": ids, "input_lengths": lengths, "scales": scales}
         )
         return np.asarray(out[0], dtype=np.float32)
 
 
-class OrtVocoder:
-    """Frame engine on an ONNX Runtime session; lives in a worker's compute thread."""
+class OrtFlow:
+    """Flow engine on an ONNX Runtime session; lives in a worker's compute thread."""
 
     def __init__(self, session: ort.InferenceSession) -> None:
         self._session = session
-        self._has_mask = any(i.name == "mask" for i in session.get_inputs())
 
-    def waveform(self, latents: FloatArray) -> FloatArray:
-        feed = {"latents": np.ascontiguousarray(latents)}
-        if self._has_mask:
-            # batch 1: every frame of a window is a real frame
-            feed["mask"] = np.ones((1, 1, latents.shape[2]), dtype=np.float32)
-        out = self._session.run(None, feed)
+    def frames(self, latents: FloatArray) -> FloatArray:
+        # batch 1: every frame of a window is a real frame, so the mask is all ones
+        mask = np.ones((1, 1, latents.shape[2]), dtype=np.float32)
+        out = self._session.run(None, {"latents": np.ascontiguousarray(latents), "mask": mask})
+        return np.asarray(out[0], dtype=np.float32)
+
+
+class OrtVocoder:
+    """Vocoder engine on an ONNX Runtime session; lives in a worker's compute thread."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self._session = session
+
+    def waveform(self, frames: FloatArray) -> FloatArray:
+        out = self._session.run(None, {"frames": np.ascontiguousarray(frames)})
         return np.asarray(out[0], dtype=np.float32).reshape(-1)
 
 
@@ -111,15 +132,24 @@ def load_engine_set(directory: Path, threads: int = 1) -> EngineSet:
     if manifest.backend != "ort":
         raise EngineError(f"{directory}: built for backend {manifest.backend!r}, not 'ort'")
     check_fingerprint(directory, manifest)
-    verify_files(directory, manifest)
-    for name in (ACOUSTIC_FILE, VOCODER_FILE, VOICE_FILE):
+    voice_raw = json.loads(read_verified(directory, manifest, VOICE_FILE).decode("utf-8"))
+    voice = VoiceConfig.from_piper(voice_raw)
+
+    def load(name: str) -> ort.InferenceSession:
+        return create_session(directory / name, threads, read_verified(directory, manifest, name))
+
+    for name in (ACOUSTIC_FILE, VOCODER_FILE):
         if name not in manifest.files:
             raise EngineError(f"{directory}: manifest does not list {name}")
-    voice_raw = json.loads((directory / VOICE_FILE).read_text(encoding="utf-8"))
-    voice = VoiceConfig.from_piper(voice_raw)
+    names = [n for n in (ACOUSTIC_FILE, VOCODER_FILE, FLOW_FILE) if n in manifest.files]
+    # hashing and session creation release the GIL: the engines load side by side
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="engine-load") as pool:
+        sessions = dict(zip(names, pool.map(load, names), strict=True))
+    flow = sessions.get(FLOW_FILE)
     return EngineSet(
-        acoustic=OrtAcoustic(create_session(directory / ACOUSTIC_FILE, threads)),
-        vocoder=OrtVocoder(create_session(directory / VOCODER_FILE, threads)),
+        acoustic=OrtAcoustic(sessions[ACOUSTIC_FILE]),
+        flow=OrtFlow(flow) if flow is not None else None,
+        vocoder=OrtVocoder(sessions[VOCODER_FILE]),
         manifest=manifest,
         voice=voice,
         path=directory,

@@ -22,12 +22,17 @@ import onnxruntime as ort
 
 from ttsvc.backends.onnxruntime import (
     ACOUSTIC_FILE,
+    FLOW_FILE,
     VOCODER_FILE,
     VOICE_FILE,
+    OrtAcoustic,
+    OrtFlow,
+    OrtVocoder,
+    create_session,
     load_engine_set,
     runtime_fingerprint,
 )
-from ttsvc.compile.split import SplitPoint, split_model
+from ttsvc.compile.split import GraphSplit, SplitPoint, split_model
 from ttsvc.config import DEFAULT_VOICE
 from ttsvc.errors import BackendUnavailable, GraphShapeError, InvalidParameter
 from ttsvc.repository.layout import EngineRepository, EngineVersion
@@ -39,7 +44,6 @@ from ttsvc.repository.manifest import (
     sha256_file,
     write_manifest,
 )
-from ttsvc.synthesis import SynthesisParams, Synthesizer
 from ttsvc.text.frontend import TextFrontEnd
 from ttsvc.voice import HOP_LENGTH, VoiceConfig
 
@@ -123,10 +127,40 @@ def _quantize_int8(src: Path, dst: Path) -> None:
     quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
 
 
+Stage = Callable[[np.ndarray], np.ndarray]
+"""A frame-local engine as a function of a window ``[1, C, T]`` (latents or frames)."""
+
+
+def window_error(stage: Stage, inputs: list[np.ndarray], scale: int, left: int, right: int,
+                 after: Stage | None = None) -> float:  # fmt: skip
+    """Worst difference, windowed vs one-shot, of ``stage`` (then ``after``) over ``inputs``.
+
+    ``scale`` is output samples per input frame along the last axis (1 for the flow, the hop
+    for the vocoder). Windows of 16 frames, the smallest the schedule uses after the first.
+    """
+    window = 16
+    worst = 0.0
+    for x in inputs:
+        frames = x.shape[2]
+        whole = stage(x)
+        parts = []
+        for start in range(0, frames, window):
+            end = min(frames, start + window)
+            lo, hi = max(0, start - left), min(frames, end + right)
+            out = stage(np.ascontiguousarray(x[:, :, lo:hi]))
+            parts.append(out[..., (start - lo) * scale : (end - lo) * scale])
+        windowed = np.concatenate(parts, axis=-1)
+        if after is not None:  # judge the flow by the audio it leads to, not by its latents
+            whole, windowed = after(whole), after(windowed)
+        worst = max(worst, float(np.max(np.abs(windowed - whole))))
+    return worst
+
+
 def calibrate_context(
-    waveform: Callable[[np.ndarray], np.ndarray],
-    latents_list: list[np.ndarray],
-    hop: int,
+    stage: Stage,
+    inputs: list[np.ndarray],
+    scale: int,
+    after: Stage | None = None,
     tolerance: float = CONTEXT_TOLERANCE,
 ) -> FrameContext:
     """Find the least left/right frame context whose windowed output matches one-shot output.
@@ -134,30 +168,30 @@ def calibrate_context(
     Measured instead of derived from the architecture, so a voice with other kernel sizes or
     dilations gets the right context automatically.
     """
-    references = [waveform(latents) for latents in latents_list]
-    window = 16
-
-    def error(left: int, right: int) -> float:
-        worst = 0.0
-        for latents, reference in zip(latents_list, references, strict=True):
-            frames = latents.shape[2]
-            for start in range(0, frames, window):
-                end = min(frames, start + window)
-                lo, hi = max(0, start - left), min(frames, end + right)
-                part = waveform(latents[:, :, lo:hi])[(start - lo) * hop : (end - lo) * hop]
-                diff = np.abs(part - reference[start * hop : end * hop])
-                worst = max(worst, float(np.max(diff)))
-        return worst
-
     wide = 96
     candidates = list(range(4, wide + 1, 4))
-    right = next((r for r in candidates if error(wide, r) <= tolerance), wide) + CONTEXT_MARGIN
-    left = next((c for c in candidates if error(c, right) <= tolerance), wide) + CONTEXT_MARGIN
+
+    def error(left: int, right: int) -> float:
+        return window_error(stage, inputs, scale, left, right, after)
+
+    def least(fits: Callable[[int], bool]) -> int:
+        # error falls as context grows: bisect, then the final check below confirms the pair
+        lo, hi = 0, len(candidates) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(candidates[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        return candidates[lo]
+
+    right = least(lambda r: error(wide, r) <= tolerance) + CONTEXT_MARGIN
+    left = least(lambda c: error(c, right) <= tolerance) + CONTEXT_MARGIN
     measured = error(left, right)
     if measured > tolerance:
         raise GraphShapeError(
             f"windowed output differs from one-shot by {measured:.2e} even with {wide} frames of "
-            "context: the frame engine is not frame-local"
+            "context: the engine is not frame-local"
         )
     return FrameContext(left=left, right=right, max_abs_error=measured)
 
@@ -181,25 +215,32 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
     voice = VoiceConfig.from_piper(voice_raw)
     model = onnx.load(str(opts.checkpoint))
     opts.log(f"splitting {opts.checkpoint.name} at the {opts.split_at} input")
-    acoustic, vocoder, split = split_model(model, opts.split_at)
+    engines = split_model(model, opts.split_at)
+    graphs = {ACOUSTIC_FILE: engines.acoustic, VOCODER_FILE: engines.vocoder}
+    if engines.flow is not None:
+        graphs[FLOW_FILE] = engines.flow
 
     repo = EngineRepository(opts.output_dir)
     version = repo.next_version(opts.voice)
     staging = repo.staging_dir(opts.voice)
     try:
-        _optimize(acoustic, staging / ACOUSTIC_FILE)
-        _optimize(vocoder, staging / VOCODER_FILE)
+        for filename, graph in graphs.items():
+            _optimize(graph, staging / filename)
         (staging / VOICE_FILE).write_text(json.dumps(voice_raw, ensure_ascii=False, indent=1))
-        precision = {"acoustic": "fp32", "vocoder": "fp32"}
-        quality: dict[str, float] = {}
+        chain = _Chain(staging)
+        reference = _checked_reference(opts, chain, model, voice)
 
-        reference = _checked_reference(opts, staging, model, voice)
-        latents_for_context = reference.latents
-        context = calibrate_context(reference.waveform, latents_for_context, voice.hop_length)
-        opts.log(f"frame context: {context.left} left, {context.right} right")
+        contexts = {"vocoder": calibrate_context(chain.vocoder, reference.frames, voice.hop_length)}
+        if chain.flow is not None:
+            contexts["flow"] = calibrate_context(chain.flow, reference.latents, 1, chain.vocoder)
+        for stage, ctx in contexts.items():
+            opts.log(f"{stage} context: {ctx.left} left, {ctx.right} right")
 
+        precision = {Path(name).stem: "fp32" for name in graphs}
+        quality: dict[str, float] = {"one_shot_max_abs_error": reference.max_abs_error}
         if opts.quantize == "int8":
-            for engine, filename in (("acoustic", ACOUSTIC_FILE), ("vocoder", VOCODER_FILE)):
+            for filename in graphs:
+                engine = Path(filename).stem
                 db = _try_int8(staging, filename, reference, opts.min_snr_db)
                 quality[f"{engine}_int8_snr_db"] = round(db, 2)
                 if db >= opts.min_snr_db:
@@ -208,13 +249,10 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
                 else:
                     opts.log(f"{engine}: int8 rejected ({db:.1f} dB < {opts.min_snr_db} dB), fp32")
 
-        files = {
-            name: file_entry(staging / name) for name in (ACOUSTIC_FILE, VOCODER_FILE, VOICE_FILE)
-        }
-        manifest = _manifest(opts, version, precision, voice, context, files, split.split_at)
-        manifest.latent_channels = int(latents_for_context[0].shape[1])
+        files = {name: file_entry(staging / name) for name in [*graphs, VOICE_FILE]}
+        manifest = _manifest(opts, version, precision, voice, contexts, files, engines.split)
+        manifest.latent_channels = int(reference.frames[0].shape[1])
         manifest.quality.update(quality)
-        manifest.quality["one_shot_max_abs_error"] = reference.max_abs_error
         write_manifest(staging, manifest)
         load_engine_set(staging)  # the published set must load exactly as workers will load it
         published = repo.publish(opts.voice, staging, version)
@@ -225,14 +263,44 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
     return published
 
 
+class _Chain:
+    """The staged engines run one after another, through the runtime's own engine classes."""
+
+    def __init__(self, staging: Path, replace: dict[str, Path] | None = None) -> None:
+        paths = {name: staging / name for name in (ACOUSTIC_FILE, FLOW_FILE, VOCODER_FILE)}
+        paths |= replace or {}
+        self.acoustic = OrtAcoustic(create_session(paths[ACOUSTIC_FILE], 1, optimize=True))
+        self._vocoder = OrtVocoder(create_session(paths[VOCODER_FILE], 1, optimize=True))
+        self._flow = (
+            OrtFlow(create_session(paths[FLOW_FILE], 1, optimize=True))
+            if paths[FLOW_FILE].is_file()
+            else None
+        )
+
+    @property
+    def flow(self) -> Stage | None:
+        return self._flow.frames if self._flow is not None else None
+
+    def vocoder(self, frames: np.ndarray) -> np.ndarray:
+        return self._vocoder.waveform(frames)
+
+    def run(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Latents, frames and audio of one sentence, deterministic (noise scales 0)."""
+        latents = self.acoustic.latents(
+            np.asarray([ids], dtype=np.int64), np.asarray([0.0, 1.0, 0.0], dtype=np.float32)
+        )
+        frames = self._flow.frames(latents) if self._flow is not None else latents
+        return latents, frames, self._vocoder.waveform(frames)
+
+
 @dataclass
 class _Reference:
-    """fp32 split engines and their canary outputs, the yardstick for every later check."""
+    """fp32 split engines' canary outputs: the yardstick for every later check."""
 
     ids: list[list[int]]
-    audio: list[np.ndarray]
     latents: list[np.ndarray]
-    waveform: Callable[[np.ndarray], np.ndarray]
+    frames: list[np.ndarray]
+    audio: list[np.ndarray]
     max_abs_error: float
 
 
@@ -241,82 +309,43 @@ def _canary_ids(voice: VoiceConfig) -> list[list[int]]:
     return [list(s.ids) for text in CANARY_TEXTS for s in frontend.sentences(text)]
 
 
-def _session(path: Path) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-
-
-def _run_split(
-    acoustic: ort.InferenceSession, vocoder: ort.InferenceSession, ids: list[int]
-) -> tuple[np.ndarray, np.ndarray]:
-    feed = _feed(ids)
-    latents, mask = acoustic.run(None, feed)[:2] if len(acoustic.get_outputs()) > 1 else (
-        acoustic.run(None, feed)[0], None)  # fmt: skip
-    vfeed = {"latents": latents}
-    if mask is not None:
-        vfeed["mask"] = mask
-    return latents, np.asarray(vocoder.run(None, vfeed)[0]).reshape(-1)
-
-
-def _feed(ids: list[int]) -> dict[str, np.ndarray]:
-    return {
-        "input": np.asarray([ids], dtype=np.int64),
-        "input_lengths": np.asarray([len(ids)], dtype=np.int64),
-        "scales": np.asarray([0.0, 1.0, 0.0], dtype=np.float32),  # deterministic
-    }
-
-
 def _checked_reference(
-    opts: CompileOptions, staging: Path, model: onnx.ModelProto, voice: VoiceConfig
+    opts: CompileOptions, chain: _Chain, model: onnx.ModelProto, voice: VoiceConfig
 ) -> _Reference:
     """Run the canaries through the original graph and the optimized split engines; compare."""
     original = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    acoustic = _session(staging / ACOUSTIC_FILE)
-    vocoder = _session(staging / VOCODER_FILE)
-    ids_list = _canary_ids(voice)
-    worst = 0.0
-    audio: list[np.ndarray] = []
-    latents: list[np.ndarray] = []
-    for ids in ids_list:
-        expected = np.asarray(original.run(None, _feed(ids))[0]).reshape(-1)
-        sentence_latents, got = _run_split(acoustic, vocoder, ids)
-        latents.append(sentence_latents)
+    ref = _Reference(_canary_ids(voice), [], [], [], 0.0)
+    for ids in ref.ids:
+        feed = {
+            "input": np.asarray([ids], dtype=np.int64),
+            "input_lengths": np.asarray([len(ids)], dtype=np.int64),
+            "scales": np.asarray([0.0, 1.0, 0.0], dtype=np.float32),
+        }
+        expected = np.asarray(original.run(None, feed)[0]).reshape(-1)
+        latents, frames, got = chain.run(ids)
         if got.shape != expected.shape:
             raise GraphShapeError(
                 f"split engines give {got.shape} samples, original {expected.shape}"
             )
-        worst = max(worst, float(np.max(np.abs(got - expected))))
-        audio.append(got)
-    if worst > ONE_SHOT_TOLERANCE:
-        raise GraphShapeError(f"split engines differ from the original graph by {worst:.2e}")
-    opts.log(f"split engines match the original graph (max abs diff {worst:.1e})")
-    has_mask = any(i.name == "mask" for i in vocoder.get_inputs())
-
-    def waveform(lat: np.ndarray) -> np.ndarray:
-        feed = {"latents": np.ascontiguousarray(lat)}
-        if has_mask:
-            feed["mask"] = np.ones((1, 1, lat.shape[2]), np.float32)
-        return np.asarray(vocoder.run(None, feed)[0]).reshape(-1)
-
-    return _Reference(ids_list, audio, latents, waveform, worst)
+        ref.max_abs_error = max(ref.max_abs_error, float(np.max(np.abs(got - expected))))
+        ref.latents.append(latents)
+        ref.frames.append(frames)
+        ref.audio.append(got)
+    if ref.max_abs_error > ONE_SHOT_TOLERANCE:
+        raise GraphShapeError(f"split engines differ from the original by {ref.max_abs_error:.2e}")
+    opts.log(f"split engines match the original graph (max abs diff {ref.max_abs_error:.1e})")
+    return ref
 
 
-def _try_int8(
-    staging: Path,
-    filename: str,
-    reference: _Reference,
-    min_snr_db: float,
-) -> float:
+def _try_int8(staging: Path, filename: str, reference: _Reference, min_snr_db: float) -> float:
     """Quantize one engine in place if it keeps ``min_snr_db`` against fp32; return the SNR."""
     path = staging / filename
     candidate = path.with_suffix(".int8.onnx")
     _quantize_int8(path, candidate)
-    acoustic = _session(candidate if filename == ACOUSTIC_FILE else staging / ACOUSTIC_FILE)
-    vocoder = _session(candidate if filename == VOCODER_FILE else staging / VOCODER_FILE)
+    chain = _Chain(staging, {filename: candidate})
     worst = float("inf")
     for ids, expected in zip(reference.ids, reference.audio, strict=True):
-        _, got = _run_split(acoustic, vocoder, ids)
+        got = chain.run(ids)[2]
         worst = min(worst, snr_db(expected, got) if got.shape == expected.shape else -1.0)
     if worst >= min_snr_db:
         candidate.replace(path)
@@ -330,9 +359,9 @@ def _manifest(
     version: int,
     precision: dict[str, str],
     voice: VoiceConfig,
-    context: FrameContext,
+    contexts: dict[str, FrameContext],
     files: dict[str, FileEntry],
-    split_at: str,
+    split: GraphSplit,
 ) -> Manifest:
     runtime = {"onnx": onnx.__version__, **runtime_fingerprint()}
     return Manifest(
@@ -343,8 +372,8 @@ def _manifest(
         sample_rate=voice.sample_rate,
         hop_length=voice.hop_length or HOP_LENGTH,
         latent_channels=0,  # filled in from the measured latents
-        split_at=split_at,
-        frame_context=context,
+        split_at=split.split_at,
+        contexts=contexts,
         files=files,
         runtime=runtime,
         source={"checkpoint": opts.checkpoint.name, "sha256": sha256_file(opts.checkpoint)},
@@ -364,18 +393,3 @@ def ensure_default_voice(engines_dir: Path, log: Callable[[str], None]) -> Engin
     )
     model, config = default_checkpoint()
     return compile_voice(CompileOptions(model, config, engines_dir, DEFAULT_VOICE, log=log))
-
-
-def synthesizer_for(version: EngineVersion, threads: int = 1) -> Synthesizer:
-    """Load a published version and wrap it in a synthesizer (used by ``ttsvc synth``)."""
-    return Synthesizer(load_engine_set(version.path, threads))
-
-
-__all__ = [
-    "CompileOptions",
-    "SynthesisParams",
-    "compile_voice",
-    "default_checkpoint",
-    "ensure_default_voice",
-    "snr_db",
-]

@@ -11,9 +11,12 @@ graph's structure, not from the default voice's tensor names, so any Piper/VITS 
   passes through, such that everything between it and the decoder is frame-local (convolutions,
   element-wise ops) and reads nothing else but the frame mask.
 
-``split_at="flow"`` (the default) puts the flow into the frame engine: the sentence engine then
-does only the cheap encoder work before the first window can start, which is what keeps time to
-first audio low (measured in ARCHITECTURE.md and benchmarks/engine_bench.py).
+``split_at="flow"`` (the default) makes three engines: sentence (encoder, durations, noise),
+flow, and vocoder (HiFi-GAN). The sentence engine then does only the encoder work before the
+first window can start (27 ms against 70 ms with the flow over the whole sentence, measured for
+a 51-character sentence), and flow and vocoder get their own window overlap: measured on the
+default voice, the flow needs ~28 frames of context at 0.14 ms/frame, the decoder only ~12 at
+0.55 ms/frame, so one shared context of 36/32 frames cost more than twice the overhead.
 """
 
 from __future__ import annotations
@@ -46,8 +49,10 @@ class GraphSplit:
 
     sentence_inputs: tuple[str, ...]
     """Inputs of the whole voice (ids, lengths, scales): they feed the sentence engine."""
-    frame_input: str
-    """The latent frames [1, C, T] the frame engine consumes (z_p or the decoder input)."""
+    decoder_input: str
+    """The frames [1, C, T] the HiFi-GAN decoder consumes (the masked flow output)."""
+    latent: str | None
+    """The flow's input z_p [1, C, T]; ``None`` when splitting at the decoder."""
     mask: str | None
     """The frame mask [1, 1, T] the flow multiplies by; ``None`` when splitting at the decoder."""
     output: str
@@ -120,7 +125,7 @@ def find_split(model: onnx.ModelProto, split_at: SplitPoint = "flow") -> GraphSp
     if frontier:
         raise GraphShapeError(f"the decoder reads more than its input: {sorted(frontier)[:3]}")
     if split_at == "decoder":
-        return GraphSplit(tuple(g.inputs), dec_in, None, output, split_at)
+        return GraphSplit(tuple(g.inputs), dec_in, None, None, output, split_at)
 
     masked = g.producer.get(dec_in)
     if masked is None or masked.op_type != "Mul":
@@ -137,7 +142,7 @@ def find_split(model: onnx.ModelProto, split_at: SplitPoint = "flow") -> GraphSp
             best = (len(inner), cand)
     if best is None:
         raise GraphShapeError("no single latent tensor feeds the flow: cannot split at the flow")
-    return GraphSplit(tuple(g.inputs), best[1], mask, output, split_at)
+    return GraphSplit(tuple(g.inputs), dec_in, best[1], mask, output, split_at)
 
 
 def extract(model: onnx.ModelProto, inputs: list[str], outputs: list[str]) -> onnx.ModelProto:
@@ -150,25 +155,42 @@ def extract(model: onnx.ModelProto, inputs: list[str], outputs: list[str]) -> on
     return sub
 
 
-def split_model(
-    model: onnx.ModelProto, split_at: SplitPoint = "flow"
-) -> tuple[onnx.ModelProto, onnx.ModelProto, GraphSplit]:
-    """Return (acoustic, vocoder, split): the sentence engine and the frame engine.
+@dataclass(frozen=True)
+class SplitEngines:
+    """The engines a voice graph is cut into, with stable boundary tensor names.
 
-    The sentence ("acoustic") engine keeps the voice's inputs and outputs the latent frames (and
-    the mask, whose length is the frame count); the frame ("vocoder") engine maps a window of
-    latent frames (and an all-ones mask window) to waveform samples.
+    ``acoustic`` (sentence level): ids, lengths, scales → ``latents`` + ``mask`` (flow split) or
+    → ``frames`` (decoder split). ``flow`` (flow split only): ``latents`` + ``mask`` →
+    ``frames``. ``vocoder``: ``frames`` → ``output`` waveform. Flow and vocoder are frame-local
+    and run over windows; they are separate engines because their context needs differ: the
+    flow is cheap with a wide receptive field, the decoder costly with a narrow one.
     """
+
+    acoustic: onnx.ModelProto
+    flow: onnx.ModelProto | None
+    vocoder: onnx.ModelProto
+    split: GraphSplit
+
+
+def split_model(model: onnx.ModelProto, split_at: SplitPoint = "flow") -> SplitEngines:
+    """Cut ``model`` at ``split_at`` into sentence, flow and vocoder engines."""
     split = find_split(model, split_at)
     model = onnx.shape_inference.infer_shapes(model)
-    acoustic_outputs = [split.frame_input] + ([split.mask] if split.mask else [])
-    acoustic = extract(model, list(split.sentence_inputs), acoustic_outputs)
-    vocoder = extract(model, acoustic_outputs, [split.output])
-    _rename(
-        acoustic, {split.frame_input: "latents", **({split.mask: "mask"} if split.mask else {})}
-    )
-    _rename(vocoder, {split.frame_input: "latents", **({split.mask: "mask"} if split.mask else {})})
-    return acoustic, vocoder, split
+    names = {split.decoder_input: "frames"}
+    if split.latent is not None and split.mask is not None:
+        names |= {split.latent: "latents", split.mask: "mask"}
+        acoustic = extract(model, list(split.sentence_inputs), [split.latent, split.mask])
+        flow: onnx.ModelProto | None = extract(
+            model, [split.latent, split.mask], [split.decoder_input]
+        )
+    else:
+        acoustic = extract(model, list(split.sentence_inputs), [split.decoder_input])
+        flow = None
+    vocoder = extract(model, [split.decoder_input], [split.output])
+    for engine in (acoustic, flow, vocoder):
+        if engine is not None:
+            _rename(engine, names)
+    return SplitEngines(acoustic, flow, vocoder, split)
 
 
 def _rename(model: onnx.ModelProto, names: dict[str, str]) -> None:

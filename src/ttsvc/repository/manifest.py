@@ -56,7 +56,8 @@ class Manifest(BaseModel):
     hop_length: int
     latent_channels: int
     split_at: str
-    frame_context: FrameContext
+    contexts: dict[str, FrameContext]
+    """Per windowed engine (``flow`` when there is one, ``vocoder``): its measured context."""
     files: dict[str, FileEntry]
     runtime: dict[str, str]
     """Fingerprint of what the engines were built for (runtime versions, CPU or GPU)."""
@@ -115,22 +116,33 @@ def load_manifest(directory: Path) -> Manifest:
         raise EngineError(f"{path}: unreadable manifest: {exc}") from exc
 
 
-def verify_files(directory: Path, manifest: Manifest) -> None:
-    """Check every file's size, then its sha256, before anything parses it.
+def read_verified(directory: Path, manifest: Manifest, name: str) -> bytes:
+    """Read one listed file and check it against the manifest; the bytes are what gets parsed.
 
-    Size first because it is free and catches the common case (a copy still in progress).
+    Reading once and parsing the same bytes means nothing can change between check and use.
     """
-    for name, entry in manifest.files.items():
-        path = directory / name
-        if not path.is_file():
-            raise EngineIntegrityError(f"{path}: missing (listed in {MANIFEST_NAME})")
+    entry = manifest.files.get(name)
+    path = directory / name
+    if entry is None:
+        raise EngineIntegrityError(f"{path}: not listed in {MANIFEST_NAME}")
+    try:
         size = path.stat().st_size
-        if size != entry.size:
-            raise EngineIntegrityError(
-                f"{path}: size {size} bytes, manifest says {entry.size} (truncated or replaced)"
-            )
-        digest = sha256_file(path)
-        if digest != entry.sha256:
-            raise EngineIntegrityError(
-                f"{path}: sha256 {digest[:12]}… does not match the manifest's {entry.sha256[:12]}…"
-            )
+    except FileNotFoundError as exc:
+        raise EngineIntegrityError(f"{path}: missing (listed in {MANIFEST_NAME})") from exc
+    if size != entry.size:  # free, and catches the common case: a copy still in progress
+        raise EngineIntegrityError(
+            f"{path}: size {size} bytes, manifest says {entry.size} (truncated or replaced)"
+        )
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != entry.size or digest != entry.sha256:
+        raise EngineIntegrityError(
+            f"{path}: sha256 {digest[:12]}… does not match the manifest's {entry.sha256[:12]}…"
+        )
+    return data
+
+
+def verify_files(directory: Path, manifest: Manifest) -> None:
+    """Check every listed file's size and sha256 without parsing any of them."""
+    for name in manifest.files:
+        read_verified(directory, manifest, name)

@@ -42,6 +42,7 @@ def run_worker(
     engines = load_engine_set(Path(engines_path), threads)
     synth = Synthesizer(engines, WindowSchedule(*schedule), max_sentence_chars)
     synth.synthesize("Warm up.", SynthesisParams(noise_scale=0.0, noise_w=0.0))
+    synth.calibrate()  # window sizes then follow this machine's real speed
     scheduler = StreamScheduler(synth, multiplex)
 
     def send(msg: FromWorker) -> None:
