@@ -236,16 +236,19 @@ def run_one_shot(
 ) -> tuple[dict[str, float], np.ndarray]:
     """Front end, then the whole sentence through each engine once (what ``one_shot`` does).
 
-    ``one_shot`` is ``vocoder.waveform(latents(...))``; calling the two stages here keeps the
-    same work while timing each. PCM16 conversion is included in the engine total because the
-    streamed path includes it too, so the two totals compare like for like.
+    ``one_shot`` is ``vocoder.waveform(frames(latents(...)))``; calling the stages here keeps
+    the same work while timing each (``frames`` is the flow, when the engine set has one).
+    PCM16 conversion is included in the engine total because the streamed path includes it
+    too, so the two totals compare like for like.
     """
     t0 = time.perf_counter()
     sentence = synth.sentences(text)[0]
     t1 = time.perf_counter()
     latents = synth.latents(sentence.ids, params)
     t2 = time.perf_counter()
-    audio = synth.engines.vocoder.waveform(latents)
+    frames = synth.frames(latents)
+    t2f = time.perf_counter()
+    audio = synth.engines.vocoder.waveform(frames)
     t3 = time.perf_counter()
     pcm = to_pcm16(audio)
     t4 = time.perf_counter()
@@ -253,7 +256,8 @@ def run_one_shot(
     record = {
         "frontend_ms": ms(t1 - t0),
         "acoustic_ms": ms(t2 - t1),
-        "vocoder_ms": ms(t3 - t2),
+        "flow_ms": ms(t2f - t2),
+        "vocoder_ms": ms(t3 - t2f),
         "engine_total_ms": ms(t4 - t1),
         "total_ms": ms(t4 - t0),
         "audio_s": audio_s,
@@ -413,7 +417,14 @@ def summarize(
         "frontend_ms": stats(frontend),
         "one_shot": {
             key: pooled(one_shot_runs, key)
-            for key in ("acoustic_ms", "vocoder_ms", "engine_total_ms", "total_ms", "rtf")
+            for key in (
+                "acoustic_ms",
+                "flow_ms",
+                "vocoder_ms",
+                "engine_total_ms",
+                "total_ms",
+                "rtf",
+            )
         },
         "streamed": {},
         "load": {name: stats(values) for name, values in load.items()},
@@ -458,6 +469,7 @@ def table_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     rows.append(("front end (text → ids)", *fmt(summary["frontend_ms"], digits=2), "", ""))
     one = summary["one_shot"]
     rows.append(("one-shot: acoustic engine", *fmt(one["acoustic_ms"]), "", ""))
+    rows.append(("one-shot: flow, whole sentence", *fmt(one["flow_ms"]), "", ""))
     rows.append(("one-shot: vocoder, whole sentence", *fmt(one["vocoder_ms"]), "", ""))
     rows.append(("one-shot: engine total (= time to audio)", *fmt(one["engine_total_ms"]), "", ""))
     rows.append(("one-shot: RTF (engine total / audio s)", *fmt(one["rtf"], "", 3), "", ""))

@@ -50,7 +50,7 @@ def test_streamed_equals_one_shot(text: str, schedule: WindowSchedule, synth: Sy
         one_shot = synth.engines.vocoder.waveform(synth.frames(latents))
         assert streamed.shape == one_shot.shape
         assert np.max(np.abs(streamed - one_shot)) <= 1e-3
-        assert len(pieces) == len(synth.plan(latents.shape[2], schedule))
+        assert len(pieces) == len(list(synth.plan(latents.shape[2], schedule)))
 
 
 def test_short_sentence_is_shorter_than_one_window(synth: Synthesizer) -> None:
@@ -160,7 +160,7 @@ def test_torture_gives_audio_or_typed_error(text: str, synth: Synthesizer) -> No
 def test_windows_cover_every_frame_once() -> None:
     for frames in (1, 7, 8, 9, 100, 181, 700, 3000):
         for schedule in SCHEDULES:
-            plan = schedule.windows(frames)
+            plan = list(schedule.windows(frames))
             assert plan[0][0] == 0 and plan[-1][1] == frames
             assert all(a[1] == b[0] for a, b in itertools.pairwise(plan))
             assert all(end > start for start, end in plan)
@@ -169,8 +169,13 @@ def test_windows_cover_every_frame_once() -> None:
 def test_playback_cap_keeps_each_window_inside_the_audio_already_sent() -> None:
     schedule = WindowSchedule(first=8, growth=8.0, max=512, realtime_share=0.5)
     cost, frame_s, context = 0.0006, 256 / 22050, 68
-    plan = schedule.windows(3000, frame_cost_s=cost, frame_s=frame_s, context=context)
-    uncapped = schedule.windows(3000)
+    plan = list(schedule.windows(3000, frame_cost_s=cost, frame_s=frame_s, context=context))
+    uncapped = list(schedule.windows(3000))
+    shared = list(
+        schedule.windows(3000, frame_cost_s=cost, frame_s=frame_s, context=context,
+                         share=lambda: 0.25)
+    )  # fmt: skip
+    assert len(shared) > len(plan)  # four streams on a worker: smaller windows still
     assert len(plan) > len(uncapped)  # the cap made later windows smaller
     sent = 0
     for start, end in plan:  # a merged tail too stays within the cap

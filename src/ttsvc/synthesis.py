@@ -10,7 +10,7 @@ starts early; later windows grow so the overlap's cost stays small against throu
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,28 +82,35 @@ class WindowSchedule:
             raise ValueError(f"invalid window schedule {self}")
 
     def windows(
-        self, frames: int, *, frame_cost_s: float = 0.0, frame_s: float = 0.0, context: int = 0
-    ) -> list[tuple[int, int]]:
-        """``[start, end)`` frame ranges covering ``frames`` frames.
+        self,
+        frames: int,
+        *,
+        frame_cost_s: float = 0.0,
+        frame_s: float = 0.0,
+        context: int = 0,
+        share: Callable[[], float] | None = None,
+    ) -> Iterator[tuple[int, int]]:
+        """``[start, end)`` frame ranges covering ``frames`` frames, decided one at a time.
 
         ``frame_cost_s`` (compute seconds per frame, context included), ``frame_s`` (audio
         seconds per frame) and ``context`` (overlap frames per window) enable the playback cap;
-        without them the sizes follow ``first``/``growth``/``max`` alone.
+        without them the sizes follow ``first``/``growth``/``max`` alone. ``share`` is the part
+        of the compute this stream gets (a worker passes 1 / its streams), read as each next
+        window is sized, so a busy worker cuts its windows smaller.
         """
-        out: list[tuple[int, int]] = []
         start, size, limit = 0, self.first, float("inf")
         while start < frames:
             end = min(frames, start + size)
             size = min(self.max, max(size + 1, int(size * self.growth)))
             next_limit = float("inf")
             if frame_cost_s > 0:
-                next_limit = self.realtime_share * end * frame_s / frame_cost_s - context
+                part = self.realtime_share * (share() if share is not None else 1.0)
+                next_limit = part * end * frame_s / frame_cost_s - context
                 size = max(self.first, min(size, int(next_limit)))
             if start > 0 and frames - end < size // 2 and frames - start <= limit:
                 end = frames  # a short tail costs a window's context for little audio: merge it
-            out.append((start, end))
+            yield start, end
             start, limit = end, max(next_limit, self.first)
-        return out
 
 
 @dataclass(frozen=True)
@@ -185,19 +192,38 @@ class Synthesizer:
         self.frame_cost_s = cost
         return cost
 
-    def plan(self, frames: int, schedule: WindowSchedule | None = None) -> list[tuple[int, int]]:
+    def plan(
+        self,
+        frames: int,
+        schedule: WindowSchedule | None = None,
+        share: Callable[[], float] | None = None,
+    ) -> Iterator[tuple[int, int]]:
         """The vocoder windows a sentence of ``frames`` frames is synthesized in."""
         return (schedule or self.schedule).windows(
             frames,
             frame_cost_s=self.frame_cost_s,
             frame_s=self.hop / self.sample_rate,
             context=self.vocoder_context.left + self.vocoder_context.right,
+            share=share,
         )
 
     def windows(
-        self, latents: FloatArray, schedule: WindowSchedule | None = None
+        self,
+        latents: FloatArray,
+        schedule: WindowSchedule | None = None,
+        share: Callable[[], float] | None = None,
     ) -> Iterator[FloatArray]:
-        """Float audio of ``latents`` window by window; concatenated, it equals one-shot audio.
+        """Float audio of ``latents`` window by window; concatenated, it equals one-shot audio."""
+        for _, _, audio in self._windows(latents, schedule, share):
+            yield audio
+
+    def _windows(
+        self,
+        latents: FloatArray,
+        schedule: WindowSchedule | None,
+        share: Callable[[], float] | None,
+    ) -> Iterator[tuple[int, int, FloatArray]]:
+        """``(start, end, audio)`` of each window.
 
         Each vocoder window reads decoder frames with its own context on each side. Those frames
         come from the flow, run just far enough ahead (with the flow's own context) and kept, so
@@ -209,7 +235,7 @@ class Synthesizer:
         flow, fctx = self.engines.flow, self.flow_context
         frames: FloatArray | None = latents if flow is None else None
         done = total if flow is None else 0
-        for start, end in self.plan(total, schedule):
+        for start, end in self.plan(total, schedule, share):
             need = min(total, end + vctx.right)
             if flow is not None and fctx is not None and done < need:
                 target = need if done == 0 else min(total, max(need, done + FLOW_CHUNK))
@@ -222,15 +248,19 @@ class Synthesizer:
             assert frames is not None
             lo, hi = max(0, start - vctx.left), min(total, end + vctx.right)
             audio = self.engines.vocoder.waveform(frames[:, :, lo:hi])
-            yield audio[(start - lo) * hop : (end - lo) * hop]
+            yield start, end, audio[(start - lo) * hop : (end - lo) * hop]
 
     def stream(
         self,
         text: str,
         params: SynthesisParams | None = None,
         schedule: WindowSchedule | None = None,
+        share: Callable[[], float] | None = None,
     ) -> Iterator[AudioChunk]:
-        """PCM16 chunks of ``text`` as soon as each window is computed."""
+        """PCM16 chunks of ``text`` as soon as each window is computed.
+
+        ``share``: the part of the compute this stream gets (see ``WindowSchedule.windows``).
+        """
         params = params or SynthesisParams()
         sentences = self.sentences(text)
         silence = np.zeros(round(params.sentence_silence * self.sample_rate), np.int16)
@@ -239,13 +269,14 @@ class Synthesizer:
         for index, sentence in enumerate(sentences):
             last_sentence = index == len(sentences) - 1
             latents = self.latents(sentence.ids, params)
-            count = len(self.plan(latents.shape[2], schedule))
+            total = latents.shape[2]
             # no look-ahead: each window is sent as soon as it is computed
-            for number, audio in enumerate(self.windows(latents, schedule), start=1):
+            for _, end, audio in self._windows(latents, schedule, share):
                 pcm = to_pcm16(audio)
-                if number == count and not last_sentence and len(silence):
+                sentence_end = end == total
+                if sentence_end and not last_sentence and len(silence):
                     pcm = np.concatenate([pcm, silence])
-                yield AudioChunk(pcm, offset, index, last=last_sentence and number == count)
+                yield AudioChunk(pcm, offset, index, last=last_sentence and sentence_end)
                 offset += len(pcm)
 
     def synthesize(self, text: str, params: SynthesisParams | None = None) -> Pcm16:

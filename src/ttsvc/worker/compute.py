@@ -76,7 +76,11 @@ class StreamScheduler:
         rate = self.synth.sample_rate
         if job.sample_rate is not None and job.sample_rate != rate:
             stream.resampler = StreamResampler(rate, job.sample_rate)
-        return self.synth.stream(job.text, params)
+        return self.synth.stream(job.text, params, share=self._share)
+
+    def _share(self) -> float:
+        """This worker's compute splits between its streams: windows are sized for that."""
+        return 1.0 / max(1, len(self.streams))
 
     def step(self, send: Callable[[FromWorker], None]) -> None:
         """Advance one stream by one window and send what it produced."""
