@@ -188,7 +188,7 @@ class StreamProbe:
     ``stream()`` runs the front end, then ``latents()``, then ``windows()``, and yields a chunk
     only once the *following* window is computed (it must know whether a chunk is the last). To
     split its time into front end / engine and to see the cost of that look-ahead, the probe
-    wraps the instance's ``latents`` and ``windows`` while a streamed run is measured; the
+    wraps the instance's ``latents`` and ``_windows`` while a streamed run is measured; the
     wrappers add one ``perf_counter`` call each (microseconds).
     """
 
@@ -206,7 +206,7 @@ class StreamProbe:
     def installed(self) -> Iterator[StreamProbe]:
         """Wrap the synthesizer's methods for the duration of the block, then restore them."""
         original_latents = self.synth.latents
-        original_windows = self.synth.windows
+        original_windows = self.synth._windows  # what ``stream`` iterates
 
         def latents(ids: Any, params: SynthesisParams) -> Any:
             if self.latents_start is None:
@@ -216,19 +216,19 @@ class StreamProbe:
                 self.latents_end = time.perf_counter()
             return out
 
-        def windows(latents: Any, schedule: WindowSchedule | None = None) -> Iterator[Any]:
-            for piece in original_windows(latents, schedule):
+        def windows(latents: Any, schedule: WindowSchedule | None, share: Any) -> Iterator[Any]:
+            for piece in original_windows(latents, schedule, share):
                 if self.first_window is None:
                     self.first_window = time.perf_counter()
                 yield piece
 
         self.synth.latents = latents  # type: ignore[method-assign]
-        self.synth.windows = windows  # type: ignore[method-assign]
+        self.synth._windows = windows  # type: ignore[method-assign]
         try:
             yield self
         finally:
             del self.synth.latents  # instance attributes: the class methods show through again
-            del self.synth.windows
+            del self.synth._windows
 
 
 def run_one_shot(

@@ -203,7 +203,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     path = resolve_engines(settings, settings.voice)
     get_logger("serve").info("serving", engines=str(path), port=settings.port,
                              workers=settings.workers)  # fmt: skip
-    return serve(settings, path, settings.voice)
+    return serve(settings, settings.voice)
 
 
 def cmd_engines(args: argparse.Namespace, settings: Settings) -> int:

@@ -72,6 +72,14 @@ class Settings(BaseSettings):
     balancer_reference_ttfa_ms: float = Field(50.0, gt=0)
     """Worker-side time to first audio that scores like the seed's 50 ms latency; makes scores
     comparable across machines (CPU vs GPU) and text lengths."""
+    watch_polling: bool = False
+    """Poll the engines directory instead of using inotify (for filesystems without events)."""
+    watch_settle_s: float = Field(0.1, gt=0, le=60)
+    """A replaced file is a candidate once its size and mtime stay unchanged this long."""
+    swap_timeout_s: float = Field(120.0, gt=0, le=3600)
+    """How long one worker may take to load and canary a candidate."""
+    engine_cache_dir: Path | None = None
+    """Writable scratch for verified engine copies (default: a new directory under /tmp)."""
     compile_default_voice: bool = True
     """Compile the packaged default voice when the engines directory has none."""
     log_level: str = "info"

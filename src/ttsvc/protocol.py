@@ -9,6 +9,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Which engine files a worker loads: content hashes into the gateway's engine cache."""
+
+    label: str
+    """The engine version clients see (``X-Engine-Version``): the manifest version, plus a
+    content hash when files were replaced in place."""
+    voice: str
+    version: int
+    source: str
+    """The version directory the files came from (for logs)."""
+    files: dict[str, str]
+    """File name → sha256 of the cached copy."""
+    replaced: tuple[str, ...]
+    """Files whose bytes differ from their manifest entry (replaced in place)."""
+    manifest: str
+    """The version's manifest JSON (metadata: contexts, sample rate, fingerprint)."""
+    cache_dir: str
+
+
 # --- gateway → worker ---
 
 
@@ -35,6 +56,16 @@ class CancelStream:
 
 
 @dataclass(frozen=True)
+class SwapEngines:
+    """Load ``spec`` beside the serving engines, run the canary, and if it passes, serve it.
+
+    Streams already running finish on the engines they started with.
+    """
+
+    spec: EngineSpec
+
+
+@dataclass(frozen=True)
 class Shutdown:
     """Finish nothing more; exit."""
 
@@ -48,7 +79,7 @@ class WorkerReady:
 
     worker: int
     voice: str
-    engine_version: int
+    engine_version: str
     sample_rate: int
 
 
@@ -70,7 +101,7 @@ class AudioChunkMsg:
     """PCM16 little-endian mono at the stream's output rate."""
     offset: int
     """Sample index (at the voice's own rate) of this chunk within the utterance."""
-    engine_version: int
+    engine_version: str
     compute_s: float
     """Compute time of this window (of the front end and sentence engine too, for a first one)."""
 
@@ -95,5 +126,15 @@ class StreamError:
     field: str | None = None
 
 
-ToWorker = SynthesisJob | CancelStream | Shutdown
-FromWorker = WorkerReady | Heartbeat | AudioChunkMsg | StreamDone | StreamError
+@dataclass(frozen=True)
+class EnginesSwapped:
+    """Answer to ``SwapEngines``: ``ok`` means the worker now serves ``label``."""
+
+    worker: int
+    label: str
+    ok: bool
+    reason: str = ""
+
+
+ToWorker = SynthesisJob | CancelStream | SwapEngines | Shutdown
+FromWorker = WorkerReady | Heartbeat | AudioChunkMsg | StreamDone | StreamError | EnginesSwapped

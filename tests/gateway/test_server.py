@@ -6,9 +6,6 @@ import io
 import os
 import select
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import wave
 from collections.abc import Iterator
@@ -18,79 +15,9 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.gateway.serving import Server
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.synthesis import SynthesisParams, Synthesizer
-
-HEALTH_POLLS = 600  # bounded wait for READY: each poll blocks up to 0.1 s on the socket
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """A `ttsvc serve` subprocess and a client for it."""
-
-    def __init__(self, engines: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ttsvc.cli", "serve", "--host", "127.0.0.1",
-             "--port", str(self.port), "--engines-dir", str(engines), *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})},
-        )  # fmt: skip
-        self.client = httpx.Client(base_url=self.url, timeout=60)
-
-    def wait_ready(self, workers: int) -> None:
-        for _ in range(HEALTH_POLLS):
-            assert self.proc.poll() is None, "server exited"
-            try:
-                r = httpx.get(f"{self.url}/voices", timeout=0.1)
-                if r.status_code == 200 and len(self.ready_pids()) == workers:
-                    if self.client.get("/health").status_code == 200:
-                        return
-            except httpx.TransportError:
-                pass
-            try:  # block on the child for a moment instead of sleeping
-                self.proc.wait(timeout=0.1)
-            except subprocess.TimeoutExpired:
-                pass
-        raise AssertionError("server never became ready")
-
-    def wait_idle(self) -> None:
-        """Wait until the gateway reports no request in flight (bounded number of probes)."""
-        for _ in range(HEALTH_POLLS):
-            if self.client.get("/health").json().get("inflight") == 0:
-                return
-        raise AssertionError("requests stayed in flight")
-
-    def worker_pids(self) -> list[int]:
-        """Spawned worker processes (not multiprocessing's resource tracker)."""
-        pids = []
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        for pid in children.read_text().split():
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-            if b"spawn_main" in cmdline:
-                pids.append(int(pid))
-        return pids
-
-    def ready_pids(self) -> list[int]:
-        return self.worker_pids()
-
-    def synth(self, text: str, **kw: object) -> httpx.Response:
-        return self.client.post("/synthesize", json={"text": text, **kw})
-
-    def stop(self) -> None:
-        self.client.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture(scope="module")

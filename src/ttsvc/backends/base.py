@@ -57,8 +57,10 @@ class EngineSet:
     manifest: Manifest
     voice: VoiceConfig
     path: Path
+    label: str
+    """The engine version as clients see it (response header, logs, metrics)."""
 
     @property
     def version(self) -> int:
-        """The engine version, shown in response headers and metrics."""
+        """The manifest's numeric version."""
         return self.manifest.version

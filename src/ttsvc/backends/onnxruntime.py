@@ -8,6 +8,7 @@ sees a byte of them, so a truncated or altered file is refused with a message na
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,7 +17,14 @@ import onnxruntime as ort
 
 from ttsvc.backends.base import EngineSet, FloatArray, IntArray
 from ttsvc.errors import EngineError
-from ttsvc.repository.manifest import Manifest, cpu_fingerprint, load_manifest, read_verified
+from ttsvc.protocol import EngineSpec
+from ttsvc.repository.manifest import (
+    Manifest,
+    cpu_fingerprint,
+    load_manifest,
+    read_checked,
+    read_verified,
+)
 from ttsvc.voice import VoiceConfig
 
 ACOUSTIC_FILE = "acoustic.onnx"
@@ -122,25 +130,57 @@ def check_fingerprint(directory: Path, manifest: Manifest) -> None:
         raise EngineError(
             f"{directory}: built for {built.get('machine')} / onnxruntime "
             f"{built.get('onnxruntime')}, this is {here['machine']} / onnxruntime "
-            f"{here['onnxruntime']}: recompile with `ttsvc compile`"
+            f"{here['onnxruntime']}: recompile on this machine with "
+            f"`ttsvc compile --checkpoint <voice.onnx> --voice {manifest.voice}`"
         )
 
 
 def load_engine_set(directory: Path, threads: int = 1) -> EngineSet:
-    """Verify and load one engine version directory."""
+    """Verify and load one engine version directory against its manifest."""
     manifest = load_manifest(directory)
+    return _assemble(
+        manifest,
+        lambda name: read_verified(directory, manifest, name),
+        directory,
+        str(manifest.version),
+        threads,
+    )
+
+
+def load_engine_spec(spec: EngineSpec, threads: int = 1) -> EngineSet:
+    """Load the cached files an ``EngineSpec`` names, checking each against its hash."""
+    manifest = Manifest.model_validate_json(spec.manifest)
+    cache = Path(spec.cache_dir)
+
+    def read(name: str) -> bytes:
+        sha = spec.files.get(name)
+        if sha is None:
+            raise EngineError(f"{spec.source}: engine spec does not list {name}")
+        return read_checked(cache / sha, sha)
+
+    return _assemble(manifest, read, Path(spec.source), spec.label, threads)
+
+
+def _assemble(
+    manifest: Manifest,
+    read: Callable[[str], bytes],
+    directory: Path,
+    label: str,
+    threads: int,
+) -> EngineSet:
+    """Check compatibility, then parse each engine from bytes that were just verified."""
     if manifest.backend != "ort":
         raise EngineError(f"{directory}: built for backend {manifest.backend!r}, not 'ort'")
     check_fingerprint(directory, manifest)
-    voice_raw = json.loads(read_verified(directory, manifest, VOICE_FILE).decode("utf-8"))
+    for name in (ACOUSTIC_FILE, VOCODER_FILE, VOICE_FILE):
+        if name not in manifest.files:
+            raise EngineError(f"{directory}: manifest does not list {name}")
+    voice_raw = json.loads(read(VOICE_FILE).decode("utf-8"))
     voice = VoiceConfig.from_piper(voice_raw)
 
     def load(name: str) -> ort.InferenceSession:
-        return create_session(directory / name, threads, read_verified(directory, manifest, name))
+        return create_session(directory / name, threads, read(name))
 
-    for name in (ACOUSTIC_FILE, VOCODER_FILE):
-        if name not in manifest.files:
-            raise EngineError(f"{directory}: manifest does not list {name}")
     names = [n for n in (ACOUSTIC_FILE, VOCODER_FILE, FLOW_FILE) if n in manifest.files]
     # hashing and session creation release the GIL: the engines load side by side
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="engine-load") as pool:
@@ -153,4 +193,5 @@ def load_engine_set(directory: Path, threads: int = 1) -> EngineSet:
         manifest=manifest,
         voice=voice,
         path=directory,
+        label=label,
     )

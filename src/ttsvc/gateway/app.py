@@ -8,6 +8,8 @@ the error classes' own status and type (one table, ``ttsvc.errors``).
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -37,9 +39,11 @@ from ttsvc.errors import (
     TTSError,
     UnknownVoice,
 )
+from ttsvc.gateway.hotswap import EngineSwapper
 from ttsvc.observability.logs import get_logger
 from ttsvc.pool.supervisor import Mailbox, WorkerPool, WorkerSpec
 from ttsvc.protocol import AudioChunkMsg, StreamDone, StreamError, SynthesisJob
+from ttsvc.repository.cache import EngineCache
 
 log = get_logger("gateway")
 
@@ -67,6 +71,7 @@ class GatewayState:
     settings: Settings
     voice: str
     pool: WorkerPool | None = None
+    swapper: EngineSwapper | None = None
     balancer: HeatScoreBalancer | None = None
     draining: bool = False
     inflight: int = 0
@@ -77,7 +82,7 @@ def _error(exc: TTSError, headers: dict[str, str] | None = None) -> JSONResponse
     return JSONResponse(exc.to_body(), status_code=exc.status, headers=headers)
 
 
-def create_app(settings: Settings, engines_path: Path, voice: str) -> FastAPI:
+def create_app(settings: Settings, voice: str) -> FastAPI:
     """Build the app; the worker pool starts in the lifespan, not at import or construction."""
     state = GatewayState(settings, voice)
     state.idle.set()
@@ -86,8 +91,18 @@ def create_app(settings: Settings, engines_path: Path, voice: str) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
         state.balancer = HeatScoreBalancer(settings.balancer_settings(), time.monotonic)
+        scratch = settings.engine_cache_dir or Path(tempfile.mkdtemp(prefix="ttsvc-engines-"))
+        swapper = EngineSwapper(
+            settings.engines_dir,
+            voice,
+            EngineCache(scratch),
+            settle_s=settings.watch_settle_s,
+            polling=settings.watch_polling,
+            swap_timeout_s=settings.swap_timeout_s,
+        )
+        state.swapper = swapper
         spec = WorkerSpec(
-            engines_path,
+            await swapper.initial(),
             settings.threads,
             (settings.first_window_frames, settings.window_growth, settings.max_window_frames),
             settings.max_sentence_chars,
@@ -97,8 +112,15 @@ def create_app(settings: Settings, engines_path: Path, voice: str) -> FastAPI:
         )
         state.pool = WorkerPool(spec, settings.workers, state.balancer, loop)
         state.pool.start()
-        yield
-        await state.pool.close()
+        watcher = loop.create_task(swapper.watch(state.pool))
+        try:
+            yield
+        finally:
+            swapper.stop()
+            await asyncio.gather(watcher, return_exceptions=True)
+            await state.pool.close()
+            if settings.engine_cache_dir is None:
+                await asyncio.to_thread(shutil.rmtree, scratch, True)
 
     app = FastAPI(title="ttsvc", lifespan=lifespan)
     app.state.gateway = state
@@ -142,11 +164,16 @@ def create_app(settings: Settings, engines_path: Path, voice: str) -> FastAPI:
 
     @app.get("/voices")
     async def voices() -> dict[str, object]:
-        pool = state.pool
-        versions = sorted(
+        pool, swapper = state.pool, state.swapper
+        serving = sorted(
             {w.ready.engine_version for w in pool.workers.values() if w.ready} if pool else set()
         )
-        return {"voices": [{"name": state.voice, "engine_versions": versions}]}
+        engines = {
+            "current": swapper.current.label if swapper and swapper.current else None,
+            "reloads": dict(swapper.reloads) if swapper else {},
+            "last_error": swapper.last_error if swapper else None,
+        }
+        return {"voices": [{"name": state.voice, "engine_versions": serving, "engines": engines}]}
 
     @app.post("/synthesize")
     async def synthesize(body: SynthesizeRequest, request: Request) -> Response:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from pathlib import Path
 from types import FrameType
 
 import uvicorn
@@ -50,9 +49,9 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def serve(settings: Settings, engines_path: Path, voice: str) -> int:
+def serve(settings: Settings, voice: str) -> int:
     """Run the gateway until drained; returns the process exit code."""
-    app = create_app(settings, engines_path, voice)
+    app = create_app(settings, voice)
     config = uvicorn.Config(
         app,
         host=settings.host,

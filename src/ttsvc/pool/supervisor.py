@@ -16,18 +16,20 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from pathlib import Path
 
 from ttsvc.balancer import HeatScoreBalancer
 from ttsvc.observability.logs import get_logger
 from ttsvc.protocol import (
     AudioChunkMsg,
     CancelStream,
+    EngineSpec,
+    EnginesSwapped,
     FromWorker,
     Heartbeat,
     Shutdown,
     StreamDone,
     StreamError,
+    SwapEngines,
     SynthesisJob,
     ToWorker,
     WorkerReady,
@@ -42,7 +44,8 @@ Mailbox = asyncio.Queue[AudioChunkMsg | StreamDone | StreamError]
 class WorkerSpec:
     """How every worker of the pool is started."""
 
-    engines_path: Path
+    engine: EngineSpec
+    """The engines a new or respawned worker loads: always the last good ones."""
     threads: int
     schedule: tuple[int, float, int]
     max_sentence_chars: int
@@ -88,6 +91,7 @@ class WorkerPool:
         self._ctx = mp.get_context("spawn")
         self._failures: dict[int, int] = {}
         self._watchdog: asyncio.Task[None] | None = None
+        self._swaps: dict[int, asyncio.Future[EnginesSwapped]] = {}
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -122,7 +126,7 @@ class WorkerPool:
         spec = self.spec
         process = self._ctx.Process(
             target=run_worker,
-            args=(wid, str(spec.engines_path), spec.threads, spec.schedule,
+            args=(wid, spec.engine, spec.threads, spec.schedule,
                   spec.max_sentence_chars, spec.multiplex, child),
             name=f"ttsvc-worker-{wid}",
             daemon=True,
@@ -181,6 +185,10 @@ class WorkerPool:
         elif isinstance(msg, Heartbeat):
             self.balancer.heartbeat(handle.id)
             self.balancer.report(handle.id, msg.qsize)
+        elif isinstance(msg, EnginesSwapped):
+            future = self._swaps.pop(handle.id, None)
+            if future is not None and not future.done():
+                future.set_result(msg)
         else:
             if isinstance(msg, StreamDone | StreamError):
                 handle.streams.discard(msg.uid)
@@ -201,6 +209,9 @@ class WorkerPool:
                     StreamError(uid, 503, "worker_died", f"worker {handle.id} exited ({code})")
                 )
         handle.streams.clear()
+        future = self._swaps.pop(handle.id, None)
+        if future is not None and not future.done():
+            future.set_result(EnginesSwapped(handle.id, "", False, f"worker exited ({code})"))
         if self._closing:
             return
         failures = self._failures.get(handle.id, 0) + 1
@@ -213,6 +224,47 @@ class WorkerPool:
     def _respawn(self, wid: int) -> None:
         if not self._closing:
             self._spawn(wid)
+
+    # --- engine swaps ----------------------------------------------------------------------
+
+    async def rollout(self, engine: EngineSpec, timeout: float) -> tuple[bool, str]:
+        """Switch READY workers to ``engine`` one at a time, so capacity never drops to zero.
+
+        The first worker is the staging slot: it loads the candidate beside its serving engines
+        and runs the canary; only if that passes does anything switch. From then on the
+        candidate is the last good engine set: workers spawned later start on it, and a later
+        worker that fails to switch (it died, say) is respawned onto it.
+        """
+        staged = False
+        for wid in sorted(self.workers):
+            handle = self.workers.get(wid)
+            if handle is None or handle.ready is None:
+                continue  # it will start on whatever spec is current when it (re)spawns
+            future: asyncio.Future[EnginesSwapped] = self.loop.create_future()
+            self._swaps[wid] = future
+            try:
+                await asyncio.to_thread(self._send, handle, SwapEngines(engine))
+                reply = await asyncio.wait_for(future, timeout)
+            except (OSError, ValueError):
+                reply = EnginesSwapped(wid, engine.label, False, "worker unreachable")
+            except asyncio.TimeoutError:
+                reply = EnginesSwapped(wid, engine.label, False, f"no answer in {timeout:g} s")
+            finally:
+                self._swaps.pop(wid, None)
+            if not reply.ok:
+                if not staged:
+                    return False, reply.reason
+                log.warning("worker_swap_failed", worker=wid, reason=reply.reason)
+                handle.process.kill()  # respawns onto the verified candidate
+                continue
+            staged = True
+            self.spec.engine = engine
+            handle.ready = WorkerReady(wid, handle.ready.voice, engine.label,
+                                       handle.ready.sample_rate)  # fmt: skip
+            log.info("worker_swapped", worker=wid, engine_version=engine.label)
+        if not staged:  # no READY worker to stage on: try again on the next change
+            return False, "no ready worker to stage the candidate"
+        return True, ""
 
     # --- requests ------------------------------------------------------------------------------
 

@@ -125,19 +125,24 @@ def read_verified(directory: Path, manifest: Manifest, name: str) -> bytes:
     path = directory / name
     if entry is None:
         raise EngineIntegrityError(f"{path}: not listed in {MANIFEST_NAME}")
+    return read_checked(path, entry.sha256, entry.size)
+
+
+def read_checked(path: Path, sha256: str, size: int | None = None) -> bytes:
+    """Read a file and check its size (when known) and sha256, naming it on a mismatch."""
     try:
-        size = path.stat().st_size
+        actual = path.stat().st_size
     except FileNotFoundError as exc:
-        raise EngineIntegrityError(f"{path}: missing (listed in {MANIFEST_NAME})") from exc
-    if size != entry.size:  # free, and catches the common case: a copy still in progress
+        raise EngineIntegrityError(f"{path}: missing") from exc
+    if size is not None and actual != size:  # free, and catches a copy still in progress
         raise EngineIntegrityError(
-            f"{path}: size {size} bytes, manifest says {entry.size} (truncated or replaced)"
+            f"{path}: size {actual} bytes, manifest says {size} (truncated or replaced)"
         )
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
-    if len(data) != entry.size or digest != entry.sha256:
+    if digest != sha256 or (size is not None and len(data) != size):
         raise EngineIntegrityError(
-            f"{path}: sha256 {digest[:12]}… does not match the manifest's {entry.sha256[:12]}…"
+            f"{path}: sha256 {digest[:12]}… does not match the expected {sha256[:12]}…"
         )
     return data
 

@@ -17,12 +17,17 @@ from ttsvc.errors import TTSError
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
 from ttsvc.synthesis import AudioChunk, SynthesisParams, Synthesizer
 
+URGENT_S = 0.06
+"""A running stream with less buffered audio than this goes before fresh streams."""
+
 
 @dataclass
 class _Stream:
     """One request's progress inside a worker."""
 
     job: SynthesisJob
+    synth: Synthesizer
+    """The engines this stream started on: it finishes on them even if the worker swaps."""
     chunks: Iterator[AudioChunk] | None = None
     first_sent_at: float | None = None
     samples_sent: int = 0
@@ -41,7 +46,7 @@ class StreamScheduler:
 
     def add(self, job: SynthesisJob) -> None:
         """Queue a new stream; its first window runs before any other stream's next window."""
-        self.streams[job.uid] = _Stream(job)
+        self.streams[job.uid] = _Stream(job, self.synth)
 
     def cancel(self, uid: str) -> StreamDone | None:
         """Drop a stream; returns its final message if it was known."""
@@ -51,18 +56,28 @@ class StreamScheduler:
         return StreamDone(uid, stream.samples_sent, stream.compute_s)
 
     def _next(self) -> _Stream:
+        """Fresh streams first, unless a running stream is about to run dry; else the earliest
+        playback deadline.
+
+        Strict fresh-first starves running streams when callers keep arriving: measured at
+        concurrency 4, 80 % of streams had a gap. A running stream whose buffered audio ends
+        within ``URGENT_S`` (about one fresh stream's first step) goes before any fresh one.
+        """
         if not self.multiplex:
             return next(iter(self.streams.values()))  # FIFO: one whole request at a time
+        running = [s for s in self.streams.values() if s.first_sent_at is not None]
         fresh = [s for s in self.streams.values() if s.first_sent_at is None]
-        if fresh:
+        urgent = min(running, key=self._deadline, default=None)
+        if fresh and (urgent is None or self._deadline(urgent) - time.monotonic() > URGENT_S):
             return min(fresh, key=lambda s: s.arrived)
-        rate = self.synth.sample_rate
+        assert urgent is not None
+        return urgent
 
-        def deadline(s: _Stream) -> float:
-            assert s.first_sent_at is not None
-            return s.first_sent_at + s.samples_sent / rate
-
-        return min(self.streams.values(), key=deadline)
+    @staticmethod
+    def _deadline(stream: _Stream) -> float:
+        """When the client's buffered audio runs out if it plays from the first chunk on."""
+        assert stream.first_sent_at is not None
+        return stream.first_sent_at + stream.samples_sent / stream.synth.sample_rate
 
     def _start(self, stream: _Stream) -> Iterator[AudioChunk]:
         """Run the front end lazily, inside the stream's first step (its errors are its own)."""
@@ -73,10 +88,10 @@ class StreamScheduler:
             noise_w=job.noise_w,
             sentence_silence=job.sentence_silence,
         )
-        rate = self.synth.sample_rate
+        rate = stream.synth.sample_rate
         if job.sample_rate is not None and job.sample_rate != rate:
             stream.resampler = StreamResampler(rate, job.sample_rate)
-        return self.synth.stream(job.text, params, share=self._share)
+        return stream.synth.stream(job.text, params, share=self._share)
 
     def _share(self) -> float:
         """This worker's compute splits between its streams: windows are sized for that."""
@@ -115,7 +130,7 @@ class StreamScheduler:
             stream.first_sent_at = time.monotonic()
         stream.samples_sent += len(chunk.samples)  # at the voice's rate: playback deadlines
         pcm = samples.astype("<i2").tobytes()
-        send(AudioChunkMsg(uid, pcm, chunk.offset, self.synth.engines.version, elapsed))
+        send(AudioChunkMsg(uid, pcm, chunk.offset, stream.synth.engines.label, elapsed))
         if chunk.last:
             del self.streams[uid]
             send(StreamDone(uid, stream.samples_sent, stream.compute_s))

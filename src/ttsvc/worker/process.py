@@ -1,4 +1,4 @@
-"""Worker process entry: load engines, warm up, say READY, then serve the pipe.
+"""Worker process entry: load engines, pass the canary, say READY, then serve the pipe.
 
 The compute loop (``StreamScheduler``) stays importable; this wrapper adds the pipe, heartbeats,
 signals and the exit when the gateway goes away.
@@ -10,26 +10,41 @@ import os
 import signal
 import time
 from multiprocessing.connection import Connection
-from pathlib import Path
 
-from ttsvc.backends.onnxruntime import load_engine_set
+from ttsvc.backends.onnxruntime import load_engine_spec
+from ttsvc.errors import EngineError
 from ttsvc.protocol import (
     CancelStream,
+    EngineSpec,
+    EnginesSwapped,
     FromWorker,
     Heartbeat,
     Shutdown,
+    SwapEngines,
     SynthesisJob,
     WorkerReady,
 )
-from ttsvc.synthesis import SynthesisParams, Synthesizer, WindowSchedule
+from ttsvc.synthesis import Synthesizer, WindowSchedule, canary_failure
 from ttsvc.worker.compute import StreamScheduler
 
 HEARTBEAT_INTERVAL_S = 0.5
 
 
+def _load(spec: EngineSpec, threads: int, schedule: tuple[int, float, int],
+          max_sentence_chars: int) -> Synthesizer:  # fmt: skip
+    """Load, warm up and calibrate an engine set; raise if its canary fails."""
+    synth = Synthesizer(load_engine_spec(spec, threads), WindowSchedule(*schedule),
+                        max_sentence_chars)  # fmt: skip
+    failure = canary_failure(synth)  # also the warm-up: first runs allocate
+    if failure is not None:
+        raise EngineError(f"{spec.source} ({spec.label}): {failure}")
+    synth.calibrate()  # window sizes then follow this machine's real speed
+    return synth
+
+
 def run_worker(
     worker_id: int,
-    engines_path: str,
+    spec: EngineSpec,
     threads: int,
     schedule: tuple[int, float, int],
     max_sentence_chars: int,
@@ -39,16 +54,13 @@ def run_worker(
     """Process target (spawned). Returns when the gateway says so or its pipe closes."""
     # the gateway owns shutdown; a Ctrl-C in the terminal must not kill workers mid-drain
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    engines = load_engine_set(Path(engines_path), threads)
-    synth = Synthesizer(engines, WindowSchedule(*schedule), max_sentence_chars)
-    synth.synthesize("Warm up.", SynthesisParams(noise_scale=0.0, noise_w=0.0))
-    synth.calibrate()  # window sizes then follow this machine's real speed
+    synth = _load(spec, threads, schedule, max_sentence_chars)
     scheduler = StreamScheduler(synth, multiplex)
 
     def send(msg: FromWorker) -> None:
         conn.send(msg)
 
-    send(WorkerReady(worker_id, engines.manifest.voice, engines.version, synth.sample_rate))
+    send(WorkerReady(worker_id, synth.engines.manifest.voice, spec.label, synth.sample_rate))
     last_beat = 0.0
     parent = os.getppid()
     while True:
@@ -69,6 +81,14 @@ def run_worker(
                     done = scheduler.cancel(msg.uid)
                     if done is not None:
                         send(done)
+                elif isinstance(msg, SwapEngines):
+                    try:
+                        staged = _load(msg.spec, threads, schedule, max_sentence_chars)
+                    except Exception as exc:  # a bad candidate must never take the worker down
+                        send(EnginesSwapped(worker_id, msg.spec.label, False, str(exc)))
+                    else:
+                        scheduler.synth = staged  # running streams keep their own engines
+                        send(EnginesSwapped(worker_id, msg.spec.label, True))
                 elif isinstance(msg, Shutdown):
                     return
         except (EOFError, OSError):

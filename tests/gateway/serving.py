@@ -1,0 +1,106 @@
+"""A real `ttsvc serve` subprocess on 127.0.0.1 for the gateway tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+HEALTH_POLLS = 600  # bounded wait for READY: each poll blocks up to 0.1 s on the socket
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A `ttsvc serve` subprocess and a client for it."""
+
+    def __init__(self, engines: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ttsvc.cli", "serve", "--host", "127.0.0.1",
+             "--port", str(self.port), "--engines-dir", str(engines), *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+        )  # fmt: skip
+        self.client = httpx.Client(base_url=self.url, timeout=60)
+
+    def wait_ready(self, workers: int) -> None:
+        for _ in range(HEALTH_POLLS):
+            assert self.proc.poll() is None, "server exited"
+            try:
+                r = httpx.get(f"{self.url}/voices", timeout=0.1)
+                if r.status_code == 200 and len(self.ready_pids()) == workers:
+                    if self.client.get("/health").status_code == 200:
+                        return
+            except httpx.TransportError:
+                pass
+            try:  # block on the child for a moment instead of sleeping
+                self.proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
+        raise AssertionError("server never became ready")
+
+    def wait_idle(self) -> None:
+        """Wait until the gateway reports no request in flight (bounded number of probes)."""
+        for _ in range(HEALTH_POLLS):
+            if self.client.get("/health").json().get("inflight") == 0:
+                return
+        raise AssertionError("requests stayed in flight")
+
+    def worker_pids(self) -> list[int]:
+        """Spawned worker processes (not multiprocessing's resource tracker)."""
+        pids = []
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        for pid in children.read_text().split():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            if b"spawn_main" in cmdline:
+                pids.append(int(pid))
+        return pids
+
+    def ready_pids(self) -> list[int]:
+        return self.worker_pids()
+
+    def synth(self, text: str, **kw: object) -> httpx.Response:
+        return self.client.post("/synthesize", json={"text": text, **kw})
+
+    def stop(self) -> None:
+        self.client.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def engines_state(server: Server) -> dict[str, object]:
+    """The serving engine label, reload counts and last error, from ``GET /voices``."""
+    engines = server.client.get("/voices").json()["voices"][0]["engines"]
+    assert isinstance(engines, dict)
+    return engines
+
+
+def wait_engines(server: Server, predicate: object, what: str) -> dict[str, object]:
+    """Probe ``/voices`` until ``predicate(state)`` holds (a bounded number of HTTP probes)."""
+    assert callable(predicate)
+    for _ in range(HEALTH_POLLS * 2):
+        state = engines_state(server)
+        if predicate(state):
+            return state
+        try:  # block on the server process briefly instead of sleeping
+            server.proc.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            pass
+        else:
+            raise AssertionError("server exited")
+    raise AssertionError(f"never saw: {what}; last state {engines_state(server)}")
