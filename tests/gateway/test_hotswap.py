@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -230,6 +231,13 @@ def test_bad_candidate_is_refused_and_old_engine_keeps_serving(
     assert srv.client.get("/health").status_code == 200
     r = srv.synth("The old engine still answers.", **DET)
     assert r.status_code == 200 and r.headers["x-engine-version"] == "1"
+    if fault == "truncated":  # a worker respawned now starts on the last good engine
+        (victim,) = srv.worker_pids()
+        os.kill(victim, signal.SIGKILL)
+        srv.wait_ready(1)
+        assert srv.worker_pids() != [victim]
+        r = srv.synth("A respawned worker, on the old engine.", **DET)
+        assert r.status_code == 200 and r.headers["x-engine-version"] == "1"
 
 
 def test_noise_files_trigger_no_reload(engines: Path, server_factory: list[Server],

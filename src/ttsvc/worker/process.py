@@ -7,7 +7,9 @@ signals and the exit when the gateway goes away.
 from __future__ import annotations
 
 import os
+import queue
 import signal
+import threading
 import time
 from multiprocessing.connection import Connection
 
@@ -28,6 +30,8 @@ from ttsvc.synthesis import Synthesizer, WindowSchedule, canary_failure
 from ttsvc.worker.compute import StreamScheduler
 
 HEARTBEAT_INTERVAL_S = 0.5
+STAGING_POLL_S = 0.05
+"""How long an idle worker waits on its pipe before looking for a staged engine set."""
 
 
 def _load(spec: EngineSpec, threads: int, schedule: tuple[int, float, int],
@@ -61,6 +65,16 @@ def run_worker(
         conn.send(msg)
 
     send(WorkerReady(worker_id, synth.engines.manifest.voice, spec.label, synth.sample_rate))
+    staged: queue.SimpleQueue[tuple[EngineSpec, Synthesizer | Exception]] = queue.SimpleQueue()
+
+    def stage(candidate: EngineSpec) -> None:
+        """Load and canary a candidate beside the serving engines, off the compute loop, so the
+        streams this worker is serving do not stall while it loads."""
+        try:
+            staged.put((candidate, _load(candidate, threads, schedule, max_sentence_chars)))
+        except Exception as exc:  # a bad candidate must never take the worker down
+            staged.put((candidate, exc))
+
     last_beat = 0.0
     parent = os.getppid()
     while True:
@@ -70,7 +84,14 @@ def run_worker(
                 return  # the gateway died: do not linger as an orphan
             send(Heartbeat(worker_id, len(scheduler.streams)))
             last_beat = now
-        timeout = 0.0 if scheduler.streams else HEARTBEAT_INTERVAL_S
+        while not staged.empty():
+            candidate, result = staged.get()
+            if isinstance(result, Exception):
+                send(EnginesSwapped(worker_id, candidate.label, False, str(result)))
+            else:
+                scheduler.synth = result  # running streams keep their own engines
+                send(EnginesSwapped(worker_id, candidate.label, True))
+        timeout = 0.0 if scheduler.streams else STAGING_POLL_S
         try:
             while conn.poll(timeout):
                 msg = conn.recv()
@@ -82,13 +103,7 @@ def run_worker(
                     if done is not None:
                         send(done)
                 elif isinstance(msg, SwapEngines):
-                    try:
-                        staged = _load(msg.spec, threads, schedule, max_sentence_chars)
-                    except Exception as exc:  # a bad candidate must never take the worker down
-                        send(EnginesSwapped(worker_id, msg.spec.label, False, str(exc)))
-                    else:
-                        scheduler.synth = staged  # running streams keep their own engines
-                        send(EnginesSwapped(worker_id, msg.spec.label, True))
+                    threading.Thread(target=stage, args=(msg.spec,), daemon=True).start()
                 elif isinstance(msg, Shutdown):
                     return
         except (EOFError, OSError):
