@@ -65,6 +65,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("serve", help="run the HTTP service (gateway + worker pool)")
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=None, help="default 9000")
+    p.add_argument("--metrics-port", type=int, default=None, help="default 9091; 0: off")
     p.add_argument("--workers", type=int, default=None, help="default: CPU count")
     p.add_argument("--engines-dir", type=Path, default=None)
     p.add_argument("--voice", default=None)
@@ -97,6 +98,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     names = {"engines_dir": "engines_dir", "voice": "voice", "threads": "threads",
              "first_window": "first_window_frames", "output_dir": "engines_dir",
              "host": "host", "port": "port", "workers": "workers",
+             "metrics_port": "metrics_port",
              "max_streams_per_worker": "max_streams_per_worker",
              "queue_timeout_s": "queue_timeout_s", "drain_grace_s": "drain_grace_s",
              "multiplex": "multiplex"}  # fmt: skip
@@ -233,7 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"ttsvc: invalid settings: {exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level)
+    # the service's logs are its output (stdout, for Loki); other commands keep stdout for results
+    configure_logging(settings.log_level, sys.stdout if args.command == "serve" else None)
     commands = {
         "compile": cmd_compile,
         "synth": cmd_synth,

@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     host: str = "0.0.0.0"  # a container: listen on every interface
     """Address ``ttsvc serve`` listens on."""
     port: int = Field(9000, ge=1, le=65535)
+    metrics_port: int = Field(9091, ge=0, le=65535)
+    """Prometheus ``/metrics`` port, apart from the API so it need not be public; 0 turns it off."""
     workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=256)
     """Worker processes (default: one per CPU)."""
     multiplex: bool = True
@@ -88,6 +90,8 @@ class Settings(BaseSettings):
     def _consistent(self) -> Settings:
         if self.max_window_frames < self.first_window_frames:
             raise ValueError("max_window_frames must be at least first_window_frames")
+        if self.metrics_port and self.metrics_port == self.port:
+            raise ValueError("metrics_port must differ from port: /metrics is not public")
         if self.worker_silence_timeout_s <= self.balancer_heartbeat_timeout_s:
             # otherwise a hung worker is killed before it is even taken out of routing
             raise ValueError("worker_silence_timeout_s must exceed balancer_heartbeat_timeout_s")

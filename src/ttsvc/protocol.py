@@ -63,6 +63,8 @@ class SwapEngines:
     """
 
     spec: EngineSpec
+    seq: int
+    """Request number: a worker applies only the newest; its answer carries the same number."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,8 @@ class AudioChunkMsg:
     engine_version: str
     compute_s: float
     """Compute time of this window (of the front end and sentence engine too, for a first one)."""
+    queued_s: float = 0.0
+    """On a stream's first chunk: how long the job waited in the worker before its first step."""
 
 
 @dataclass(frozen=True)
@@ -131,9 +135,11 @@ class EnginesSwapped:
     """Answer to ``SwapEngines``: ``ok`` means the worker now serves ``label``."""
 
     worker: int
+    """The answering worker, or -1 when the gateway made the answer up (timeout, exit)."""
     label: str
     ok: bool
     reason: str = ""
+    seq: int = 0
 
 
 ToWorker = SynthesisJob | CancelStream | SwapEngines | Shutdown

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -25,17 +26,21 @@ class Server:
 
     def __init__(self, engines: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.port = _free_port()
+        self.log = tempfile.TemporaryFile("w+")  # the server's JSON log lines, for assertions
         self.url = f"http://127.0.0.1:{self.port}"
+        self.metrics_port = _free_port()
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ttsvc.cli", "serve", "--host", "127.0.0.1",
-             "--port", str(self.port), "--engines-dir", str(engines), *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+             "--port", str(self.port), "--metrics-port", str(self.metrics_port),
+             "--engines-dir", str(engines), *args],
+            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
         )  # fmt: skip
         self.client = httpx.Client(base_url=self.url, timeout=60)
 
     def wait_ready(self, workers: int) -> None:
         for _ in range(HEALTH_POLLS):
-            assert self.proc.poll() is None, "server exited"
+            assert self.proc.poll() is None, f"server exited: {self.log_tail()}"
             try:
                 r = httpx.get(f"{self.url}/voices", timeout=0.1)
                 if r.status_code == 200 and len(self.ready_pids()) == workers:
@@ -48,6 +53,15 @@ class Server:
             except subprocess.TimeoutExpired:
                 pass
         raise AssertionError("server never became ready")
+
+    def log_lines(self) -> list[str]:
+        """Everything the server wrote so far."""
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read().splitlines()
+
+    def log_tail(self, n: int = 15) -> str:
+        return "\n".join(self.log_lines()[-n:])
 
     def wait_idle(self) -> None:
         """Wait until the gateway reports no request in flight (bounded number of probes)."""
@@ -81,6 +95,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.log.close()
 
 
 def engines_state(server: Server) -> dict[str, object]:

@@ -121,38 +121,51 @@ def test_killed_worker_fails_only_its_streams_and_comes_back(
         srv.wait_ready(2)
         long_text = "This is a long answer that keeps a worker busy for a while. " * 6
         full_size = 44 + 2 * len(_pcm(srv.synth(long_text, **DET)))
-        sizes: dict[int, int] = {}
-        started = threading.Barrier(5)
-
-        def call(i: int) -> None:
-            with httpx.Client(base_url=srv.url, timeout=120) as c:
-                with c.stream("POST", "/synthesize", json={"text": long_text, **DET}) as r:
-                    assert r.status_code == 200
-                    it = r.iter_bytes()
-                    size = len(next(it))
-                    started.wait(timeout=60)
-                    try:
-                        size += sum(len(b) for b in it)
-                    except httpx.HTTPError:
-                        pass  # the victim's stream may end abruptly: that is its failure mode
-                    sizes[i] = size
-
-        threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        started.wait(timeout=60)  # every stream has audio flowing
-        os.kill(srv.worker_pids()[0], signal.SIGKILL)
-        for t in threads:
-            t.join()
-        complete = [s for s in sizes.values() if s == full_size]
-        short = [s for s in sizes.values() if s < full_size]
-        # both workers had streams (the balancer spreads four); only the victim's ended short
-        assert len(sizes) == 4
-        assert 1 <= len(complete) <= 3 and len(short) == 4 - len(complete)
+        for _round in range(
+            3
+        ):  # the balancer decides where streams go: retry if one worker got all
+            complete, short = _kill_one_worker_under_four_streams(srv, long_text, full_size)
+            assert len(complete) + len(short) == 4
+            if complete and short:
+                break
+            srv.wait_ready(2)
+        # streams on the killed worker ended short; the others finished whole
+        assert complete and short
         srv.wait_ready(2)  # respawned and READY again
         assert srv.synth("Back in service.").status_code == 200
     finally:
         srv.stop()
+
+
+def _kill_one_worker_under_four_streams(
+    srv: Server, long_text: str, full_size: int
+) -> tuple[list[int], list[int]]:
+    sizes: dict[int, int] = {}
+    started = threading.Barrier(5)
+
+    def call(i: int) -> None:
+        with httpx.Client(base_url=srv.url, timeout=120) as c:
+            with c.stream("POST", "/synthesize", json={"text": long_text, **DET}) as r:
+                assert r.status_code == 200
+                it = r.iter_bytes()
+                size = len(next(it))
+                started.wait(timeout=60)
+                try:
+                    size += sum(len(b) for b in it)
+                except httpx.HTTPError:
+                    pass  # the victim's stream may end abruptly: that is its failure mode
+                sizes[i] = size
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    started.wait(timeout=60)  # every stream has audio flowing
+    os.kill(srv.worker_pids()[0], signal.SIGKILL)
+    for t in threads:
+        t.join()
+    complete = [s for s in sizes.values() if s == full_size]
+    short = [s for s in sizes.values() if s < full_size]
+    return complete, short
 
 
 def test_sigterm_drains_in_flight_then_exits_zero(

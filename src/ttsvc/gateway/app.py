@@ -22,6 +22,7 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import start_http_server
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Receive, Scope, Send
 
@@ -41,6 +42,7 @@ from ttsvc.errors import (
 )
 from ttsvc.gateway.hotswap import EngineSwapper
 from ttsvc.observability.logs import get_logger
+from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.pool.supervisor import Mailbox, WorkerPool, WorkerSpec
 from ttsvc.protocol import AudioChunkMsg, StreamDone, StreamError, SynthesisJob
 from ttsvc.repository.cache import EngineCache
@@ -76,10 +78,42 @@ class GatewayState:
     draining: bool = False
     inflight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    metrics: ServiceMetrics = field(default_factory=ServiceMetrics)
+
+    def complete(self, fields: dict[str, object], code: int) -> None:
+        """Record one finished /synthesize request: counters, and its one completion log line."""
+        outcome = str(fields.get("status", "ok"))
+        self.metrics.requests.labels(str(code), outcome).inc()
+        if code in (429, 503):
+            self.metrics.rejections.labels(outcome).inc()
+        log.info("request", voice=self.voice, code=code, **fields)
 
 
-def _error(exc: TTSError, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(exc.to_body(), status_code=exc.status, headers=headers)
+REJECTION_CODES = (413, 429, 503)
+
+
+def _error(
+    state: GatewayState,
+    request: Request,
+    body: dict[str, str],
+    status: int,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """Answer a /synthesize request that produced no audio, and record it once."""
+    recorded = getattr(request.state, "recorded", False)  # an exchange already logged it
+    if request.url.path.startswith("/synthesize") and not recorded:
+        uid = uuid.uuid4().hex
+        fields: dict[str, object] = {"uid": uid, "status": body["type"], "error_type": body["type"]}
+        fields["text_len"] = getattr(request.state, "text_len", None)
+        fields["latency"] = round(1000 * (time.perf_counter() - _started(request)), 1)
+        state.complete(fields, status)
+        headers = {**(headers or {}), "X-Request-Id": uid}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _started(request: Request) -> float:
+    started = getattr(request.state, "started", None)
+    return started if isinstance(started, float) else time.perf_counter()
 
 
 def create_app(settings: Settings, voice: str) -> FastAPI:
@@ -99,26 +133,37 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             settle_s=settings.watch_settle_s,
             polling=settings.watch_polling,
             swap_timeout_s=settings.swap_timeout_s,
+            metrics=state.metrics,
         )
         state.swapper = swapper
+        metrics_server = None
+        if settings.metrics_port:
+            metrics_server, _thread = start_http_server(
+                settings.metrics_port, settings.host, registry=state.metrics.registry
+            )
         spec = WorkerSpec(
             await swapper.initial(),
             settings.threads,
             (settings.first_window_frames, settings.window_growth, settings.max_window_frames),
             settings.max_sentence_chars,
             settings.multiplex,
+            settings.log_level,
             settings.worker_start_timeout_s,
             settings.worker_silence_timeout_s,
         )
-        state.pool = WorkerPool(spec, settings.workers, state.balancer, loop)
+        state.pool = WorkerPool(spec, settings.workers, state.balancer, loop, state.metrics)
         state.pool.start()
         watcher = loop.create_task(swapper.watch(state.pool))
         try:
             yield
         finally:
             swapper.stop()
+            watcher.cancel()  # a rollout in progress must not hold up shutdown
             await asyncio.gather(watcher, return_exceptions=True)
             await state.pool.close()
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
             if settings.engine_cache_dir is None:
                 await asyncio.to_thread(shutil.rmtree, scratch, True)
 
@@ -126,25 +171,26 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
     app.state.gateway = state
 
     @app.exception_handler(TTSError)
-    async def _tts_error(_req: Request, exc: TTSError) -> JSONResponse:
-        return _error(exc)
+    async def _tts_error(request: Request, exc: TTSError) -> JSONResponse:
+        headers = {"Retry-After": "1"} if exc.status == 429 else None
+        return _error(state, request, exc.to_body(), exc.status, headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         name = ".".join(loc) or "body"
-        return JSONResponse(
-            {"error": f"{name}: {first.get('msg', 'invalid')}", "type": "invalid_parameter",
-             "field": name},
-            status_code=422,
-        )  # fmt: skip
+        body = {"error": f"{name}: {first.get('msg', 'invalid')}", "type": "invalid_parameter",
+                "field": name}  # fmt: skip
+        return _error(state, request, body, 422)
 
     @app.middleware("http")
     async def _body_cap(request: Request, call_next):  # type: ignore[no-untyped-def]
+        request.state.started = time.perf_counter()
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
-            return _error(PayloadTooLarge(f"body over {settings.max_body_bytes} bytes"))
+            exc = PayloadTooLarge(f"body over {settings.max_body_bytes} bytes")
+            return _error(state, request, exc.to_body(), exc.status)
         return await call_next(request)
 
     @app.get("/live")
@@ -191,9 +237,18 @@ class SynthesisExchange:
     """
 
     def __init__(
-        self, state: GatewayState, pool: WorkerPool, wid: int, job: SynthesisJob, qsize: int
+        self,
+        state: GatewayState,
+        request: Request,
+        pool: WorkerPool,
+        wid: int,
+        job: SynthesisJob,
+        qsize: int,
     ) -> None:
         self.state = state
+        self.request = request
+        self.buffered = False
+        """A ``stream: false`` request: nothing is sent before the end, so a failure is its code."""
         self.pool = pool
         self.wid = wid
         self.job = job
@@ -203,6 +258,12 @@ class SynthesisExchange:
         self.first_audio_s: float | None = None
         self.failure: StreamError | None = None
         """Set when the worker failed after the first audio (the stream ended early)."""
+        self.rate = 22050
+        """Output sample rate, for turning bytes into playback time."""
+        self.audio_s = 0.0
+        self.compute_s: float | None = None
+        self.engine_version: str | None = None
+        self._last_chunk: float | None = None
         self._finished = False
         state.inflight += 1
         state.idle.clear()
@@ -213,59 +274,112 @@ class SynthesisExchange:
             self.box = await self.pool.submit(self.wid, self.job)
             msg = await asyncio.wait_for(self.box.get(), timeout)
         except asyncio.TimeoutError:
-            await self.finish("queue_timeout", cancel=True)
+            self.finish("queue_timeout", cancel=True)
             raise QueueTimeout(f"no audio within the {timeout:g} s queue deadline") from None
         except asyncio.CancelledError:
-            await self.finish("cancelled", cancel=True)
+            self.finish("cancelled", cancel=True)
             raise
         if isinstance(msg, StreamError):
-            await self.finish(msg.type)
+            self.finish(msg.type, code=msg.status)
             raise WorkerReportedError(msg)
         if isinstance(msg, StreamDone):
-            await self.finish("empty_audio")
+            self.finish("empty_audio", code=500)
             raise WorkerReportedError(
                 StreamError(self.job.uid, 500, "internal_error", "the stream ended without audio")
             )
         self.first_audio_s = time.perf_counter() - self.started
+        self.engine_version = msg.engine_version
+        metrics = self.state.metrics
+        metrics.ttfa.observe(self.first_audio_s)
+        metrics.queue_wait.observe(msg.queued_s)
         return msg
 
+    def received(self, msg: AudioChunkMsg) -> None:
+        """Account one chunk as it goes out: gap since the last one, and whether a client playing
+        in real time from the first chunk would have run out of audio before it (an underrun)."""
+        now = time.perf_counter()
+        metrics = self.state.metrics
+        if self._last_chunk is not None and not self.buffered:
+            metrics.chunk_gap.observe(now - self._last_chunk)
+            assert self.first_audio_s is not None
+            if now - (self.started + self.first_audio_s) > self.audio_s:
+                metrics.underruns.inc()
+        self._last_chunk = now
+        self.audio_s += len(msg.pcm) / 2 / self.rate
+
     async def rest(self) -> AsyncIterator[AudioChunkMsg]:
-        """The chunks after the first; ends early (logged) if the worker fails mid-stream."""
+        """The chunks after the first; ends early (logged) if the worker fails mid-stream, or
+        sends nothing for the stream for the worker silence timeout (it would be killed by then
+        if the whole worker were silent; this catches a stream lost inside a live worker)."""
         assert self.box is not None
+        timeout = self.state.settings.worker_silence_timeout_s
         while True:
-            msg = await self.box.get()
+            try:
+                msg = await asyncio.wait_for(self.box.get(), timeout)
+            except asyncio.TimeoutError:
+                self.failure = StreamError(self.job.uid, 503, "stalled", "the stream stalled")
+                self.finish("stalled", cancel=True)
+                return
             if isinstance(msg, AudioChunkMsg):
                 yield msg
             elif isinstance(msg, StreamError):
                 self.failure = msg
-                await self.finish(msg.type)  # bytes already sent: the stream just ends
+                self.finish(msg.type)  # bytes already sent: the stream just ends
                 return
             else:
-                await self.finish("ok")
+                self.compute_s = msg.compute_s
+                self.finish("ok")
                 return
 
-    async def finish(self, status: str, cancel: bool = False) -> None:
+    def finish(self, status: str, cancel: bool = False, code: int | None = None) -> None:
         """Release everything this request holds; only the first call counts."""
         if self._finished:
             return
         self._finished = True
         if cancel:
-            await self.pool.cancel(self.wid, self.job.uid)
+            self.pool.cancel(self.wid, self.job.uid)
         self.pool.forget(self.job.uid)
         self.state.inflight -= 1
         if self.state.inflight == 0:
             self.state.idle.set()
-        ttfa = None if self.first_audio_s is None else round(1000 * self.first_audio_s, 1)
-        log.info(
-            "request",
-            uid=self.job.uid,
-            worker=self.wid,
-            qsize=self.qsize,
-            text_len=len(self.job.text),
-            ttfa_ms=ttfa,
-            latency=round(1000 * (time.perf_counter() - self.started), 1),
-            status=status,
-        )
+        latency = time.perf_counter() - self.started
+        metrics = self.state.metrics
+        if status == "ok":
+            metrics.latency.observe(latency)
+            metrics.characters.inc(len(self.job.text))
+            if self.compute_s is not None and self.audio_s > 0:
+                metrics.rtf.observe(self.compute_s / self.audio_s)
+        if status == "cancelled":
+            metrics.cancellations.inc()
+        metrics.audio_seconds.inc(self.audio_s)
+        rtf = None
+        if self.compute_s is not None and self.audio_s > 0:
+            rtf = round(self.compute_s / self.audio_s, 4)
+        fields: dict[str, object] = {
+            "uid": self.job.uid,
+            "worker": self.wid,
+            "qsize": self.qsize,
+            "text_len": len(self.job.text),
+            "ttfa_ms": None if self.first_audio_s is None else round(1000 * self.first_audio_s, 1),
+            "latency": round(1000 * latency, 1),
+            "audio_s": round(self.audio_s, 3),
+            "rtf": rtf,
+            "engine_version": self.engine_version,
+            "status": status,
+        }
+        if status != "ok":
+            fields["error_type"] = status
+        # headers went out with the first chunk: a stream that ends early still answered 200
+        if code is None and self.buffered and self.failure is not None:
+            code = self.failure.status
+        if code is None:
+            code = 200 if self.first_audio_s is not None else _STATUS_OF.get(status, 503)
+        self.state.complete(fields, code)
+        self.request.state.recorded = True
+
+
+_STATUS_OF = {"queue_timeout": 503, "cancelled": 499}
+"""HTTP code recorded for exchanges that end before any audio (499: client closed request)."""
 
 
 class WorkerReportedError(TTSError):
@@ -293,7 +407,7 @@ class ExchangeStreamingResponse(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self.exchange.finish("cancelled", cancel=True)  # no-op after a normal end
+            self.exchange.finish("cancelled", cancel=True)  # no-op after a normal end
 
 
 async def _synthesize(state: GatewayState, body: SynthesizeRequest, request: Request) -> Response:
@@ -312,14 +426,19 @@ async def _synthesize(state: GatewayState, body: SynthesizeRequest, request: Req
     pool, balancer = state.pool, state.balancer
     if pool is None or balancer is None:
         raise Draining("no worker pool")
+    request.state.text_len = len(body.text)
     if state.inflight >= settings.workers * settings.max_streams_per_worker:
-        return _error(Busy("all stream slots are busy, retry shortly"), {"Retry-After": "1"})
+        raise Busy("all stream slots are busy, retry shortly")
     wid = balancer.pick()  # NoWorkerAvailable is a 503 from the error table
     qsize = next(w.load for w in balancer.snapshot() if w.id == wid)
-    uid = request.headers.get("x-request-id") or uuid.uuid4().hex
+    # ids are always ours: a client reusing an id must not reach another request's stream
+    uid = uuid.uuid4().hex
+    client_id = request.headers.get("x-request-id")
+    if client_id:
+        log.info("request_id", uid=uid, client_request_id=client_id[:128])
     job = SynthesisJob(uid, body.text, body.speed, body.noise_scale, body.noise_w,
                        body.sentence_silence, body.sample_rate)  # fmt: skip
-    exchange = SynthesisExchange(state, pool, wid, job, qsize)
+    exchange = SynthesisExchange(state, request, pool, wid, job, qsize)
     first = await exchange.first(settings.queue_timeout_s)
     balancer.observe(wid, first.compute_s * 1000.0)  # worker-side time: see balancer_sim
 
@@ -333,13 +452,18 @@ async def _synthesize(state: GatewayState, body: SynthesizeRequest, request: Req
         "Cache-Control": "no-store",
     }
     media = "audio/wav" if body.format == "wav" else f"audio/L16;rate={rate};channels=1"
+    exchange.rate = rate
+    exchange.buffered = not body.stream
+    exchange.received(first)
 
     if not body.stream:
         pieces = [first.pcm]
         try:
-            pieces.extend([msg.pcm async for msg in exchange.rest()])
+            async for msg in exchange.rest():
+                exchange.received(msg)
+                pieces.append(msg.pcm)
         finally:
-            await exchange.finish("cancelled", cancel=True)  # no-op after a normal end
+            exchange.finish("cancelled", cancel=True)  # no-op after a normal end
         if exchange.failure is not None:  # nothing was sent yet: answer with the error
             raise WorkerReportedError(exchange.failure)
         pcm = np.frombuffer(b"".join(pieces), dtype="<i2")
@@ -351,6 +475,7 @@ async def _synthesize(state: GatewayState, body: SynthesizeRequest, request: Req
             yield streaming_header(rate)
         yield first.pcm
         async for msg in exchange.rest():
+            exchange.received(msg)
             yield msg.pcm
 
     return ExchangeStreamingResponse(exchange, body_iter(), media, headers)

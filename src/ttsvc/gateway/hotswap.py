@@ -25,11 +25,18 @@ from watchfiles import Change, awatch
 
 from ttsvc.errors import EngineError
 from ttsvc.observability.logs import get_logger
+from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.pool.supervisor import WorkerPool
 from ttsvc.protocol import EngineSpec
 from ttsvc.repository.cache import EngineCache, file_state, snapshot
 from ttsvc.repository.layout import STAGING_PREFIX, EngineRepository
-from ttsvc.repository.manifest import MANIFEST_NAME, load_manifest
+from ttsvc.repository.manifest import MANIFEST_NAME, Manifest, load_manifest
+
+
+def load_manifest_json(text: str) -> Manifest:
+    """A spec's manifest (validated JSON, metadata only)."""
+    return Manifest.model_validate_json(text)
+
 
 log = get_logger("hotswap")
 
@@ -70,6 +77,7 @@ class EngineSwapper:
         settle_s: float = 0.1,
         polling: bool = False,
         swap_timeout_s: float = 120.0,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self.repo = EngineRepository(root)
         self.voice = voice
@@ -77,6 +85,7 @@ class EngineSwapper:
         self.settle_s = settle_s
         self.polling = polling
         self.swap_timeout_s = swap_timeout_s
+        self.metrics = metrics
         self.current: EngineSpec | None = None
         self.previous: EngineSpec | None = None
         self.reloads: Counter[str] = Counter()
@@ -96,7 +105,15 @@ class EngineSwapper:
         states = await asyncio.to_thread(version_states, latest.path)
         self.current = await asyncio.to_thread(snapshot, self.cache, latest.path, self.voice)
         self._states, self._source = states, latest.path
+        self._publish_info(self.current)
         return self.current
+
+    def _publish_info(self, spec: EngineSpec) -> None:
+        if self.metrics is None:
+            return
+        manifest = load_manifest_json(spec.manifest)
+        precision = "/".join(f"{k}:{v}" for k, v in sorted(manifest.precision.items()))
+        self.metrics.set_engine(spec.voice, spec.label, manifest.backend, precision)
 
     def stop(self) -> None:
         """End the watch loop."""
@@ -151,13 +168,18 @@ class EngineSwapper:
             key = (spec.manifest, *sorted(spec.files.items()))
             if key in self._failed:
                 return
-            ok, reason = await pool.rollout(spec, self.swap_timeout_s)
+            ok, reason, final = await pool.rollout(spec, self.swap_timeout_s)
             if not ok:
-                self._failed.add(key)
+                if final:  # judged by a worker: not retried until its bytes change
+                    self._failed.add(key)
+                    self._states, self._source = states, directory
                 return self._reject(directory, spec, reason)
             self.previous, self.current = self.current, spec
             self._states, self._source = states, directory
             self.reloads["ok"] += 1
+            if self.metrics is not None:
+                self.metrics.engine_reloads.labels("ok").inc()
+            self._publish_info(spec)
             keep = set(spec.files.values()) | set(self.previous.files.values())
             await asyncio.to_thread(self.cache.prune, keep)
             log.info("engine_swapped", voice=self.voice, engine_version=spec.label,
@@ -165,6 +187,8 @@ class EngineSwapper:
 
     def _reject(self, directory: Path, spec: EngineSpec | None, reason: str) -> None:
         self.reloads["rejected"] += 1
+        if self.metrics is not None:
+            self.metrics.engine_reloads.labels("rejected").inc()
         self.last_error = reason
         files = list(spec.replaced) if spec is not None and spec.replaced else None
         log.error("engine_rejected", voice=self.voice, source=str(directory), files=files,

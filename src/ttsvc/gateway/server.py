@@ -35,6 +35,8 @@ class DrainingServer(uvicorn.Server):
             return
         self._draining = True
         self.gateway.draining = True
+        if self.gateway.pool is not None:
+            self.gateway.pool.stop_respawning()
         log.info("draining", signal=sig, inflight=self.gateway.inflight, grace_s=self.grace_s)
         loop = asyncio.get_event_loop()
         loop.call_soon_threadsafe(self._start_drain)
@@ -56,10 +58,10 @@ def serve(settings: Settings, voice: str) -> int:
         app,
         host=settings.host,
         port=settings.port,
-        log_config=None,
-        access_log=False,
+        log_config=None,  # logging is ours: uvicorn's records go through the JSON renderer
+        access_log=True,
         lifespan="on",
-        timeout_graceful_shutdown=int(settings.drain_grace_s) + 5,
+        timeout_graceful_shutdown=5,  # after the drain: only idle connections are left
     )
     server = DrainingServer(config, app.state.gateway, settings.drain_grace_s)
     server.run()

@@ -9,8 +9,8 @@ after it says READY.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import multiprocessing as mp
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,6 +19,7 @@ from multiprocessing.process import BaseProcess
 
 from ttsvc.balancer import HeatScoreBalancer
 from ttsvc.observability.logs import get_logger
+from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.protocol import (
     AudioChunkMsg,
     CancelStream,
@@ -50,6 +51,7 @@ class WorkerSpec:
     schedule: tuple[int, float, int]
     max_sentence_chars: int
     multiplex: bool = True
+    log_level: str = "info"
     start_timeout_s: float = 120.0
     """Not READY within this after spawn: killed and respawned."""
     silence_timeout_s: float = 10.0
@@ -65,9 +67,12 @@ class _WorkerHandle:
     conn: Connection
     ready: WorkerReady | None = None
     streams: set[str] = field(default_factory=set)
+    waiting: set[str] = field(default_factory=set)
+    """Streams dispatched that have sent no audio yet (queued in the worker)."""
     started_at: float = field(default_factory=time.monotonic)
     last_seen: float = field(default_factory=time.monotonic)
-    send_lock: threading.Lock = field(default_factory=threading.Lock)
+    outbox: queue.SimpleQueue[ToWorker | None] = field(default_factory=queue.SimpleQueue)
+    """Messages for the worker, sent in order by its own sender thread (``None`` stops it)."""
 
 
 class WorkerPool:
@@ -79,11 +84,13 @@ class WorkerPool:
         size: int,
         balancer: HeatScoreBalancer,
         loop: asyncio.AbstractEventLoop,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self.spec = spec
         self.size = size
         self.balancer = balancer
         self.loop = loop
+        self.metrics = metrics
         self.workers: dict[int, _WorkerHandle] = {}
         self.mailboxes: dict[str, Mailbox] = {}
         self.restarts = 0
@@ -91,7 +98,8 @@ class WorkerPool:
         self._ctx = mp.get_context("spawn")
         self._failures: dict[int, int] = {}
         self._watchdog: asyncio.Task[None] | None = None
-        self._swaps: dict[int, asyncio.Future[EnginesSwapped]] = {}
+        self._swaps: dict[int, tuple[int, asyncio.Future[EnginesSwapped]]] = {}
+        self._swap_seq = 0
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -127,7 +135,7 @@ class WorkerPool:
         process = self._ctx.Process(
             target=run_worker,
             args=(wid, spec.engine, spec.threads, spec.schedule,
-                  spec.max_sentence_chars, spec.multiplex, child),
+                  spec.max_sentence_chars, spec.multiplex, child, spec.log_level),
             name=f"ttsvc-worker-{wid}",
             daemon=True,
         )  # fmt: skip
@@ -137,6 +145,9 @@ class WorkerPool:
         self.workers[wid] = handle
         threading.Thread(
             target=self._read, args=(handle,), name=f"reader-{wid}", daemon=True
+        ).start()
+        threading.Thread(
+            target=self._write, args=(handle,), name=f"sender-{wid}", daemon=True
         ).start()
         log.info("worker_spawned", worker=wid, pid=process.pid)
 
@@ -151,9 +162,19 @@ class WorkerPool:
         handle.process.join()
         self.loop.call_soon_threadsafe(self._on_exit, handle)
 
-    def ready_count(self) -> int:
-        """Workers that said READY and are alive."""
-        return sum(1 for w in self.workers.values() if w.ready is not None)
+    @staticmethod
+    def _write(handle: _WorkerHandle) -> None:
+        """Sender thread: one per worker, so messages keep their order and a worker whose pipe
+        is full blocks only its own sender, never the event loop or other workers."""
+        while (msg := handle.outbox.get()) is not None:
+            try:
+                handle.conn.send(msg)
+            except (OSError, ValueError):
+                return  # the worker is gone; its reader thread reports the exit
+
+    def stop_respawning(self) -> None:
+        """Draining: a worker that exits now is not replaced."""
+        self._closing = True
 
     async def close(self, timeout: float = 5.0) -> None:
         """Ask workers to exit, then make sure they did."""
@@ -161,8 +182,8 @@ class WorkerPool:
         if self._watchdog is not None:
             self._watchdog.cancel()
         for handle in list(self.workers.values()):
-            with contextlib.suppress(OSError, ValueError):
-                self._send(handle, Shutdown())
+            self._send(handle, Shutdown())
+            handle.outbox.put(None)
         deadline = time.monotonic() + timeout
         for handle in list(self.workers.values()):
             remaining = max(0.0, deadline - time.monotonic())
@@ -177,6 +198,11 @@ class WorkerPool:
             return  # a message from a replaced worker
         handle.last_seen = time.monotonic()
         if isinstance(msg, WorkerReady):
+            if msg.engine_version != self.spec.engine.label:
+                # spawned before a swap finished: replace it rather than serve mixed versions
+                log.info("worker_stale_engine", worker=handle.id, engine_version=msg.engine_version)
+                handle.process.kill()
+                return
             handle.ready = msg
             self._failures[handle.id] = 0
             self.balancer.add_worker(handle.id)
@@ -185,14 +211,17 @@ class WorkerPool:
         elif isinstance(msg, Heartbeat):
             self.balancer.heartbeat(handle.id)
             self.balancer.report(handle.id, msg.qsize)
+            self._gauges(handle)
         elif isinstance(msg, EnginesSwapped):
-            future = self._swaps.pop(handle.id, None)
-            if future is not None and not future.done():
-                future.set_result(msg)
+            pending = self._swaps.get(handle.id)
+            if pending is not None and pending[0] == msg.seq and not pending[1].done():
+                pending[1].set_result(msg)  # a late answer to an older request is ignored
         else:
+            handle.waiting.discard(msg.uid)
             if isinstance(msg, StreamDone | StreamError):
                 handle.streams.discard(msg.uid)
                 self.balancer.release(handle.id)
+            self._gauges(handle)
             box = self.mailboxes.get(msg.uid)
             if box is not None:
                 box.put_nowait(msg)
@@ -209,14 +238,18 @@ class WorkerPool:
                     StreamError(uid, 503, "worker_died", f"worker {handle.id} exited ({code})")
                 )
         handle.streams.clear()
-        future = self._swaps.pop(handle.id, None)
-        if future is not None and not future.done():
-            future.set_result(EnginesSwapped(handle.id, "", False, f"worker exited ({code})"))
+        handle.waiting.clear()
+        self._gauges(handle)
+        pending = self._swaps.pop(handle.id, None)
+        if pending is not None and not pending[1].done():
+            pending[1].set_result(EnginesSwapped(-1, "", False, f"worker exited ({code})"))
         if self._closing:
             return
         failures = self._failures.get(handle.id, 0) + 1
         self._failures[handle.id] = failures
         self.restarts += 1
+        if self.metrics is not None:
+            self.metrics.worker_restarts.inc()
         delay = min(30.0, 0.5 * 2 ** (failures - 1))
         log.warning("worker_died", worker=handle.id, exitcode=code, respawn_in_s=delay)
         self.loop.call_later(delay, self._respawn, handle.id)
@@ -225,52 +258,72 @@ class WorkerPool:
         if not self._closing:
             self._spawn(wid)
 
+    def _gauges(self, handle: _WorkerHandle) -> None:
+        if self.metrics is None:
+            return
+        score = next((w.score for w in self.balancer.snapshot() if w.id == handle.id), None)
+        self.metrics.set_worker(handle.id, len(handle.streams), len(handle.waiting), score)
+
     # --- engine swaps ----------------------------------------------------------------------
 
-    async def rollout(self, engine: EngineSpec, timeout: float) -> tuple[bool, str]:
-        """Switch READY workers to ``engine`` one at a time, so capacity never drops to zero.
+    async def rollout(self, engine: EngineSpec, timeout: float) -> tuple[bool, str, bool]:
+        """Switch READY workers to ``engine`` without ever dropping capacity to zero.
 
         The first worker is the staging slot: it loads the candidate beside its serving engines
-        and runs the canary; only if that passes does anything switch. From then on the
-        candidate is the last good engine set: workers spawned later start on it, and a later
-        worker that fails to switch (it died, say) is respawned onto it.
+        (on a side thread, still serving) and runs the canary; only if that passes does it
+        switch. The others then load it the same way, side by side, each switching on its own
+        when ready. From then on the candidate is the last good engine set: workers spawned
+        later start on it, and a worker that fails to switch (it died, say) is respawned onto it.
+
+        Returns (ok, reason, final): ``final`` is False when the candidate itself was not judged
+        (no worker ready, a worker died or did not answer), so it is tried again later.
         """
-        staged = False
-        for wid in sorted(self.workers):
-            handle = self.workers.get(wid)
-            if handle is None or handle.ready is None:
-                continue  # it will start on whatever spec is current when it (re)spawns
-            future: asyncio.Future[EnginesSwapped] = self.loop.create_future()
-            self._swaps[wid] = future
-            try:
-                await asyncio.to_thread(self._send, handle, SwapEngines(engine))
-                reply = await asyncio.wait_for(future, timeout)
-            except (OSError, ValueError):
-                reply = EnginesSwapped(wid, engine.label, False, "worker unreachable")
-            except asyncio.TimeoutError:
-                reply = EnginesSwapped(wid, engine.label, False, f"no answer in {timeout:g} s")
-            finally:
-                self._swaps.pop(wid, None)
-            if not reply.ok:
-                if not staged:
-                    return False, reply.reason
+        ready = [w for w in sorted(self.workers) if self.workers[w].ready is not None]
+        if not ready:
+            return False, "no ready worker to stage the candidate", False
+        first = await self._swap_one(ready[0], engine, timeout)
+        if not first.ok:
+            return False, first.reason, first.worker >= 0
+        self.spec.engine = engine
+        for wid, reply in zip(
+            ready[1:],
+            await asyncio.gather(*(self._swap_one(w, engine, timeout) for w in ready[1:])),
+            strict=True,
+        ):
+            if not reply.ok and wid in self.workers:
                 log.warning("worker_swap_failed", worker=wid, reason=reply.reason)
-                handle.process.kill()  # respawns onto the verified candidate
-                continue
-            staged = True
-            self.spec.engine = engine
+                self.workers[wid].process.kill()  # respawns onto the verified candidate
+        return True, "", True
+
+    async def _swap_one(self, wid: int, engine: EngineSpec, timeout: float) -> EnginesSwapped:
+        """Ask one worker to load ``engine`` and switch; its answer, or a failure."""
+        handle = self.workers.get(wid)
+        if handle is None or handle.ready is None:
+            return EnginesSwapped(-1, engine.label, False, "worker not ready")
+        self._swap_seq += 1
+        seq = self._swap_seq
+        future: asyncio.Future[EnginesSwapped] = self.loop.create_future()
+        self._swaps[wid] = (seq, future)
+        self._send(handle, SwapEngines(engine, seq))
+        try:
+            reply = await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            # it may still switch later: replace it, so it respawns on the last good engines
+            handle.process.kill()
+            reply = EnginesSwapped(-1, engine.label, False, f"no answer in {timeout:g} s")
+        finally:
+            self._swaps.pop(wid, None)
+        if reply.ok and handle.ready is not None:
             handle.ready = WorkerReady(wid, handle.ready.voice, engine.label,
                                        handle.ready.sample_rate)  # fmt: skip
             log.info("worker_swapped", worker=wid, engine_version=engine.label)
-        if not staged:  # no READY worker to stage on: try again on the next change
-            return False, "no ready worker to stage the candidate"
-        return True, ""
+        return reply
 
     # --- requests ------------------------------------------------------------------------------
 
-    def _send(self, handle: _WorkerHandle, msg: ToWorker) -> None:
-        with handle.send_lock:
-            handle.conn.send(msg)
+    @staticmethod
+    def _send(handle: _WorkerHandle, msg: ToWorker) -> None:
+        handle.outbox.put(msg)
 
     async def submit(self, wid: int, job: SynthesisJob) -> Mailbox:
         """Send a job to a worker chosen by the balancer; its messages arrive in the mailbox."""
@@ -278,20 +331,16 @@ class WorkerPool:
         box: Mailbox = asyncio.Queue()
         self.mailboxes[job.uid] = box
         handle.streams.add(job.uid)
-        try:
-            await asyncio.to_thread(self._send, handle, job)
-        except (OSError, ValueError):
-            handle.streams.discard(job.uid)
-            self.balancer.release(wid)
-            box.put_nowait(StreamError(job.uid, 503, "worker_died", f"worker {wid} unreachable"))
+        handle.waiting.add(job.uid)
+        self._gauges(handle)
+        self._send(handle, job)  # a dead worker's exit fails this stream like its others
         return box
 
-    async def cancel(self, wid: int, uid: str) -> None:
+    def cancel(self, wid: int, uid: str) -> None:
         """Tell a worker to drop a stream whose client went away."""
         handle = self.workers.get(wid)
         if handle is not None and uid in handle.streams:
-            with contextlib.suppress(OSError, ValueError):
-                await asyncio.to_thread(self._send, handle, CancelStream(uid))
+            self._send(handle, CancelStream(uid))
 
     def forget(self, uid: str) -> None:
         """The request is over on the gateway side: drop its mailbox."""

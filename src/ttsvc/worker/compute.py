@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 
 from ttsvc.audio.resample import StreamResampler
 from ttsvc.errors import TTSError
+from ttsvc.observability.logs import get_logger
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
 from ttsvc.synthesis import AudioChunk, SynthesisParams, Synthesizer
+
+log = get_logger("worker")
 
 URGENT_S = 0.06
 """A running stream with less buffered audio than this goes before fresh streams."""
@@ -33,6 +36,8 @@ class _Stream:
     samples_sent: int = 0
     compute_s: float = 0.0
     arrived: float = field(default_factory=time.monotonic)
+    started_at: float | None = None
+    """When its first step began (``arrived`` to here is its queue wait)."""
     resampler: StreamResampler | None = None
 
 
@@ -104,6 +109,7 @@ class StreamScheduler:
         started = time.perf_counter()
         try:
             if stream.chunks is None:
+                stream.started_at = time.monotonic()
                 stream.chunks = self._start(stream)
             chunk = next(stream.chunks, None)
             if chunk is None:
@@ -114,23 +120,37 @@ class StreamScheduler:
                 samples = chunk.samples
         except TTSError as exc:
             del self.streams[uid]
+            log.info("stream_failed", uid=uid, error_type=exc.type)
             send(StreamError(uid, exc.status, exc.type, exc.message, exc.field))
             return
         except Exception as exc:  # a bug must fail this stream, never the worker
             del self.streams[uid]
+            log.exception("stream_crashed", uid=uid)
             send(StreamError(uid, 500, "internal_error", f"synthesis failed: {type(exc).__name__}"))
             return
         elapsed = time.perf_counter() - started
         stream.compute_s += elapsed
         if chunk is None or samples is None:
-            del self.streams[uid]
-            send(StreamDone(uid, stream.samples_sent, stream.compute_s))
+            self._done(stream, send)
             return
         if stream.first_sent_at is None:
             stream.first_sent_at = time.monotonic()
         stream.samples_sent += len(chunk.samples)  # at the voice's rate: playback deadlines
         pcm = samples.astype("<i2").tobytes()
-        send(AudioChunkMsg(uid, pcm, chunk.offset, stream.synth.engines.label, elapsed))
+        queued = 0.0
+        if stream.started_at is not None and stream.samples_sent == len(chunk.samples):
+            queued = stream.started_at - stream.arrived  # the first chunk reports the wait
+        send(AudioChunkMsg(uid, pcm, chunk.offset, stream.synth.engines.label, elapsed, queued))
         if chunk.last:
-            del self.streams[uid]
-            send(StreamDone(uid, stream.samples_sent, stream.compute_s))
+            self._done(stream, send)
+
+    def _done(self, stream: _Stream, send: Callable[[FromWorker], None]) -> None:
+        del self.streams[stream.job.uid]
+        log.info(
+            "stream_done",
+            uid=stream.job.uid,
+            engine_version=stream.synth.engines.label,
+            audio_samples=stream.samples_sent,
+            compute_ms=round(1000 * stream.compute_s, 1),
+        )
+        send(StreamDone(stream.job.uid, stream.samples_sent, stream.compute_s))

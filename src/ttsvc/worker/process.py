@@ -9,12 +9,16 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from multiprocessing.connection import Connection
 
+import structlog
+
 from ttsvc.backends.onnxruntime import load_engine_spec
 from ttsvc.errors import EngineError
+from ttsvc.observability.logs import configure_logging
 from ttsvc.protocol import (
     CancelStream,
     EngineSpec,
@@ -35,14 +39,21 @@ STAGING_POLL_S = 0.05
 
 
 def _load(spec: EngineSpec, threads: int, schedule: tuple[int, float, int],
-          max_sentence_chars: int) -> Synthesizer:  # fmt: skip
-    """Load, warm up and calibrate an engine set; raise if its canary fails."""
+          max_sentence_chars: int, frame_cost_s: float = 0.0) -> Synthesizer:  # fmt: skip
+    """Load, warm up and calibrate an engine set; raise if its canary fails.
+
+    A swap passes the serving engines' measured cost per frame: the new set runs the same
+    architecture on the same machine, and measuring again would compete with live streams.
+    """
     synth = Synthesizer(load_engine_spec(spec, threads), WindowSchedule(*schedule),
                         max_sentence_chars)  # fmt: skip
     failure = canary_failure(synth)  # also the warm-up: first runs allocate
     if failure is not None:
         raise EngineError(f"{spec.source} ({spec.label}): {failure}")
-    synth.calibrate()  # window sizes then follow this machine's real speed
+    if frame_cost_s > 0:
+        synth.frame_cost_s = frame_cost_s
+    else:
+        synth.calibrate()  # window sizes then follow this machine's real speed
     return synth
 
 
@@ -54,10 +65,15 @@ def run_worker(
     max_sentence_chars: int,
     multiplex: bool,
     conn: Connection,
+    log_level: str = "info",
 ) -> None:
     """Process target (spawned). Returns when the gateway says so or its pipe closes."""
-    # the gateway owns shutdown; a Ctrl-C in the terminal must not kill workers mid-drain
+    # the gateway owns shutdown: a Ctrl-C in the terminal, or a SIGTERM sent to the whole
+    # process group (systemd, tini -g), must not kill workers while the gateway drains
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    configure_logging(log_level, sys.stdout)
+    structlog.contextvars.bind_contextvars(worker=worker_id)
     synth = _load(spec, threads, schedule, max_sentence_chars)
     scheduler = StreamScheduler(synth, multiplex)
 
@@ -65,15 +81,17 @@ def run_worker(
         conn.send(msg)
 
     send(WorkerReady(worker_id, synth.engines.manifest.voice, spec.label, synth.sample_rate))
-    staged: queue.SimpleQueue[tuple[EngineSpec, Synthesizer | Exception]] = queue.SimpleQueue()
+    staged: queue.SimpleQueue[tuple[SwapEngines, Synthesizer | Exception]] = queue.SimpleQueue()
+    newest_swap = 0
 
-    def stage(candidate: EngineSpec) -> None:
+    def stage(request: SwapEngines, cost: float) -> None:
         """Load and canary a candidate beside the serving engines, off the compute loop, so the
         streams this worker is serving do not stall while it loads."""
         try:
-            staged.put((candidate, _load(candidate, threads, schedule, max_sentence_chars)))
+            spec = request.spec
+            staged.put((request, _load(spec, threads, schedule, max_sentence_chars, cost)))
         except Exception as exc:  # a bad candidate must never take the worker down
-            staged.put((candidate, exc))
+            staged.put((request, exc))
 
     last_beat = 0.0
     parent = os.getppid()
@@ -85,12 +103,16 @@ def run_worker(
             send(Heartbeat(worker_id, len(scheduler.streams)))
             last_beat = now
         while not staged.empty():
-            candidate, result = staged.get()
-            if isinstance(result, Exception):
-                send(EnginesSwapped(worker_id, candidate.label, False, str(result)))
+            request, result = staged.get()
+            label = request.spec.label
+            if request.seq != newest_swap:
+                reply = EnginesSwapped(worker_id, label, False, "superseded", request.seq)
+            elif isinstance(result, Exception):
+                reply = EnginesSwapped(worker_id, label, False, str(result), request.seq)
             else:
                 scheduler.synth = result  # running streams keep their own engines
-                send(EnginesSwapped(worker_id, candidate.label, True))
+                reply = EnginesSwapped(worker_id, label, True, "", request.seq)
+            send(reply)
         timeout = 0.0 if scheduler.streams else STAGING_POLL_S
         try:
             while conn.poll(timeout):
@@ -103,7 +125,9 @@ def run_worker(
                     if done is not None:
                         send(done)
                 elif isinstance(msg, SwapEngines):
-                    threading.Thread(target=stage, args=(msg.spec,), daemon=True).start()
+                    newest_swap = msg.seq
+                    cost = scheduler.synth.frame_cost_s
+                    threading.Thread(target=stage, args=(msg, cost), daemon=True).start()
                 elif isinstance(msg, Shutdown):
                     return
         except (EOFError, OSError):

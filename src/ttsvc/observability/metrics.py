@@ -1,0 +1,81 @@
+"""Every Prometheus metric ttsvc exports, recorded in the gateway from worker reports.
+
+Workers never touch a metric: they report over their pipe and the gateway records, so there are
+no multiprocess metric files and a respawned worker loses nothing. The registry is per gateway
+(not prometheus_client's global one), so tests can run several gateways in one process, and it
+is served on its own port (default 9091), never on the public API port.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (
+    0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.045, 0.05, 0.06, 0.07, 0.08, 0.09,
+    0.1, 0.125, 0.15, 0.175, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5,
+    3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0,
+)  # fmt: skip
+"""5 ms to 30 s, dense below 100 ms where the TTFA SLO lives, so P99 interpolates meaningfully."""
+RTF_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
+
+
+class ServiceMetrics:
+    """The gateway's metrics; lives in the gateway process, touched from its event loop."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.ttfa = Histogram("ttsvc_ttfa_seconds", "Time from request to first audio byte",
+                              buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.latency = Histogram("ttsvc_request_latency_seconds", "Time from request to last byte",
+                                 buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.chunk_gap = Histogram("ttsvc_chunk_gap_seconds", "Time between audio chunks",
+                                   buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.queue_wait = Histogram("ttsvc_queue_wait_seconds",
+                                    "Time a stream waited in its worker before its first step",
+                                    buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.rtf = Histogram("ttsvc_real_time_factor", "Worker compute seconds per audio second",
+                             buckets=RTF_BUCKETS, registry=r)  # fmt: skip
+        self.requests = Counter("ttsvc_requests", "Synthesis requests by HTTP code and outcome",
+                                ["code", "outcome"], registry=r)  # fmt: skip
+        self.rejections = Counter("ttsvc_rejections", "Requests refused before synthesis",
+                                  ["reason"], registry=r)  # fmt: skip
+        self.cancellations = Counter("ttsvc_cancellations",
+                                     "Streams cancelled because the client went away",
+                                     registry=r)  # fmt: skip
+        self.underruns = Counter("ttsvc_underruns",
+                                 "Chunks that arrived after the audio before them would have "
+                                 "finished playing in real time", registry=r)  # fmt: skip
+        self.worker_restarts = Counter("ttsvc_worker_restarts", "Worker processes respawned",
+                                       registry=r)  # fmt: skip
+        self.engine_reloads = Counter("ttsvc_engine_reloads", "Engine swap candidates by result",
+                                      ["result"], registry=r)  # fmt: skip
+        self.audio_seconds = Counter("ttsvc_audio_seconds", "Seconds of audio streamed",
+                                     registry=r)  # fmt: skip
+        self.characters = Counter("ttsvc_characters", "Characters of text synthesized",
+                                  registry=r)  # fmt: skip
+        self.streams_in_flight = Gauge("ttsvc_streams_in_flight", "Streams dispatched to a worker",
+                                       ["worker"], registry=r)  # fmt: skip
+        self.streams_queued = Gauge("ttsvc_streams_queued",
+                                    "Streams dispatched that have no audio yet",
+                                    ["worker"], registry=r)  # fmt: skip
+        self.worker_score = Gauge("ttsvc_worker_heat_score", "Heat score of a worker (0-100)",
+                                  ["worker"], registry=r)  # fmt: skip
+        self.engine_info = Gauge("ttsvc_engine_info", "The engine set serving (value 1)",
+                                 ["voice", "version", "backend", "precision"],
+                                 registry=r)  # fmt: skip
+        self._engine_labels: tuple[str, str, str, str] | None = None
+
+    def set_engine(self, voice: str, version: str, backend: str, precision: str) -> None:
+        """Mark the serving engine set; the previous one's series is removed."""
+        if self._engine_labels is not None:
+            self.engine_info.remove(*self._engine_labels)
+        self._engine_labels = (voice, version, backend, precision)
+        self.engine_info.labels(*self._engine_labels).set(1)
+
+    def set_worker(self, worker: int, in_flight: int, queued: int, score: float | None) -> None:
+        """Per-worker gauges, refreshed whenever the gateway's view of a worker changes."""
+        w = str(worker)
+        self.streams_in_flight.labels(w).set(in_flight)
+        self.streams_queued.labels(w).set(queued)
+        if score is not None:
+            self.worker_score.labels(w).set(score)
