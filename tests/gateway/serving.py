@@ -26,7 +26,7 @@ class Server:
 
     def __init__(self, engines: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.port = _free_port()
-        self.log = tempfile.TemporaryFile("w+")  # the server's JSON log lines, for assertions
+        self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - open as long as the server
         self.url = f"http://127.0.0.1:{self.port}"
         self.metrics_port = _free_port()
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"

@@ -103,9 +103,19 @@ def _error(
     recorded = getattr(request.state, "recorded", False)  # an exchange already logged it
     if request.url.path.startswith("/synthesize") and not recorded:
         uid = uuid.uuid4().hex
-        fields: dict[str, object] = {"uid": uid, "status": body["type"], "error_type": body["type"]}
-        fields["text_len"] = getattr(request.state, "text_len", None)
-        fields["latency"] = round(1000 * (time.perf_counter() - _started(request)), 1)
+        fields: dict[str, object] = {
+            "uid": uid,
+            "worker": None,  # refused before dispatch: no worker, queue, audio or engine
+            "qsize": None,
+            "text_len": getattr(request.state, "text_len", None),
+            "ttfa_ms": None,
+            "latency": round(1000 * (time.perf_counter() - _started(request)), 1),
+            "audio_s": 0.0,
+            "rtf": None,
+            "engine_version": None,
+            "status": body["type"],
+            "error_type": body["type"],
+        }
         state.complete(fields, status)
         headers = {**(headers or {}), "X-Request-Id": uid}
     return JSONResponse(body, status_code=status, headers=headers)

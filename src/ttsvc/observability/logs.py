@@ -54,6 +54,10 @@ def configure_logging(level: str = "info", stream: TextIO | None = None) -> None
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
-    """A logger that tags every event with the component name."""
-    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger().bind(component=name)
+    """A logger that tags every event with the component name.
+
+    Lazy: modules call this at import, before ``configure_logging`` runs (a spawned worker
+    imports them first), so the configuration is looked up at the first log call.
+    """
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(component=name)
     return logger
