@@ -158,6 +158,7 @@ class EngineSwapper:
                 states = settled
             else:
                 return
+            log.info("engine_candidate", voice=self.voice, source=str(directory))
             try:
                 spec = await asyncio.to_thread(snapshot, self.cache, directory, self.voice)
             except EngineError as exc:
