@@ -21,20 +21,27 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import platform
 import random
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
+from bench_common import (
+    DEFAULT_CORPUS,
+    DEFAULT_ENGINES,
+    HERE,
+    load_corpus,
+    machine_info,
+    relative,
+    utc_timestamp,
+    write_atomic,
+)
 from ttsvc.backends.onnxruntime import (
     create_session,
     load_engine_set,
@@ -43,23 +50,7 @@ from ttsvc.compile.build import ensure_default_voice
 from ttsvc.repository.manifest import load_manifest, verify_files
 from ttsvc.synthesis import SynthesisParams, Synthesizer, WindowSchedule, to_pcm16
 
-HERE = Path(__file__).resolve().parent
-DEFAULT_CORPUS = HERE / "corpus.txt"
-DEFAULT_ENGINES = HERE / ".cache" / "engines"
-
-
-def _relative(path: Path) -> str:
-    """Paths in results are relative to the repository so no machine's layout is committed."""
-    try:
-        return str(Path(path).resolve().relative_to(HERE.parent))
-    except ValueError:
-        return Path(path).name
-
-
 DEFAULT_JSON = HERE / "results" / "engine_bench.json"
-
-MIN_CHARS, MAX_CHARS = 20, 60
-"""Corpus line length bounds: short voice-bot / phone-menu prompts, one sentence each."""
 
 TARGET_FIRST_CHUNK_MS = 25.0
 """Median engine-level time to first chunk (from the start of ``latents()``)."""
@@ -77,17 +68,6 @@ Stats = dict[str, float]
 # --------------------------------------------------------------------------- inputs
 
 
-def load_corpus(path: Path) -> list[str]:
-    """Read one prompt per line; the length bounds keep the workload what the targets assume."""
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    lines = [line for line in lines if line]
-    for number, line in enumerate(lines, start=1):
-        assert MIN_CHARS <= len(line) <= MAX_CHARS, (
-            f"{path}:{number}: {len(line)} characters, want {MIN_CHARS}-{MAX_CHARS}: {line!r}"
-        )
-    return lines
-
-
 def parse_schedules(spec: str) -> dict[str, WindowSchedule]:
     """``"8:2:128,4:2:128"`` (first:growth:max frames) to schedules keyed by their spelling."""
     schedules: dict[str, WindowSchedule] = {}
@@ -102,30 +82,6 @@ def parse_schedules(spec: str) -> dict[str, WindowSchedule]:
     if not schedules:
         raise SystemExit("--schedules: need at least one schedule")
     return schedules
-
-
-def cpu_model() -> str:
-    """``platform.processor()`` is often empty on Linux; /proc/cpuinfo names the CPU."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return ""
-
-
-def machine_info() -> dict[str, Any]:
-    """What the numbers depend on; printed as the table's header and stored in the JSON."""
-    return {
-        "processor": platform.processor(),
-        "cpu_model": cpu_model(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "onnxruntime": ort.__version__,
-        "numpy": np.__version__,
-    }
 
 
 # --------------------------------------------------------------------------- statistics
@@ -637,7 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     duration = time.perf_counter() - started
 
     summary = summarize(records, schedules, load)
-    machine = machine_info()
+    machine = machine_info({"onnxruntime": ort.__version__, "numpy": np.__version__})
     settings = {
         "threads": args.threads,
         "n": args.n,
@@ -650,16 +606,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             for label, s in schedules.items()
         },
         "params": params.model_dump(),
-        "engines": _relative(version.path),
+        "engines": relative(version.path),
         "contexts": {k: v.model_dump() for k, v in synth.engines.manifest.contexts.items()},
         "sample_rate": synth.sample_rate,
         "hop_length": synth.hop,
-        "corpus": _relative(args.corpus),
+        "corpus": relative(args.corpus),
     }
     print(render(summary, machine, settings))
 
     document = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": utc_timestamp(),
         "machine": machine,
         "settings": settings,
         "targets": {
@@ -673,10 +629,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_raw_ms": load,
         "sentences": records,
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.json.with_name(args.json.name + ".tmp")  # results/*.tmp is git-ignored
-    tmp.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(args.json)
+    write_atomic(args.json, json.dumps(document, indent=1, ensure_ascii=False) + "\n")
     log(f"wrote {args.json}")
     return 0
 

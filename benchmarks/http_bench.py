@@ -27,18 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
-import os
-import platform
 import random
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -46,24 +39,28 @@ import httpx
 import numpy as np
 import onnxruntime as ort
 
+from bench_common import (
+    DEFAULT_CORPUS,
+    DEFAULT_ENGINES,
+    HERE,
+    HOST,
+    SERVER_LOG_DIR,
+    WAV_HEADER_BYTES,
+    Server,
+    clean,
+    fmt,
+    load_corpus,
+    machine_info,
+    pct,
+    ratio,
+    relative,
+    utc_timestamp,
+    write_atomic,
+)
 from ttsvc.compile.build import ensure_default_voice
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-DEFAULT_CORPUS = HERE / "corpus.txt"
-DEFAULT_ENGINES = HERE / ".cache" / "engines"
 DEFAULT_JSON = HERE / "results" / "http_bench.json"
-SERVER_LOG_DIR = HERE / ".cache"
-"""Server stdout/stderr go to a file here: a pipe nobody reads would block the server."""
 
-HOST = "127.0.0.1"
-"""Loopback only: the benchmark must never expose or reach anything off this machine."""
-
-MIN_CHARS, MAX_CHARS = 20, 60
-"""Corpus line length bounds: the issue's targets are stated for 20-60-character texts."""
-
-WAV_HEADER_BYTES = 44
-"""The streamed response starts with a 44-byte WAV header; audio is what comes after it."""
 DEFAULT_RATE = 22050
 """Used only if a response lacks ``x-sample-rate`` (it should not)."""
 
@@ -71,8 +68,6 @@ READY_TIMEOUT_S = 120.0
 """How long a server gets to become ready (spawn workers, load engines)."""
 HEALTH_POLL_TIMEOUT_S = 1.0
 """Socket timeout of one readiness poll: a poll must not hang on a server that is starting."""
-STOP_TIMEOUT_S = 45.0
-"""How long a SIGTERMed server gets to drain and exit before it is killed."""
 MAX_REQUESTS_PER_LEVEL = 100_000
 """Upper bound on ``--requests``: every loop here is bounded."""
 
@@ -87,54 +82,7 @@ TARGETS: list[tuple[str, int, str, float]] = [
 """The issue's targets (multiplex on, 2-core machine): label, concurrency, summary key, max ms."""
 
 
-# --------------------------------------------------------------------------- inputs and machine
-
-
-def relative(path: Path) -> str:
-    """Paths in results are repository-relative so no machine's layout is committed."""
-    try:
-        return str(Path(path).resolve().relative_to(ROOT))
-    except ValueError:
-        return Path(path).name
-
-
-def load_corpus(path: Path) -> list[str]:
-    """Read one prompt per line; the length bounds keep the workload what the targets assume."""
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    lines = [line for line in lines if line]
-    for number, line in enumerate(lines, start=1):
-        if not MIN_CHARS <= len(line) <= MAX_CHARS:
-            raise SystemExit(
-                f"{path}:{number}: {len(line)} characters, want {MIN_CHARS}-{MAX_CHARS}: {line!r}"
-            )
-    if not lines:
-        raise SystemExit(f"{path}: no prompts")
-    return lines
-
-
-def cpu_model() -> str:
-    """``platform.processor()`` is often empty on Linux; /proc/cpuinfo names the CPU."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return ""
-
-
-def machine_info() -> dict[str, Any]:
-    """What the numbers depend on; printed as the header and stored in the JSON."""
-    return {
-        "processor": platform.processor(),
-        "cpu_model": cpu_model(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "onnxruntime": ort.__version__,
-        "httpx": httpx.__version__,
-        "numpy": np.__version__,
-    }
+# --------------------------------------------------------------------------- inputs
 
 
 def parse_levels(spec: str) -> list[int]:
@@ -179,103 +127,33 @@ def level_texts(corpus: Sequence[str], count: int, seed: int, level: int) -> lis
 # --------------------------------------------------------------------------- server process
 
 
-def free_port() -> int:
-    """A loopback port the OS says is free now (the server binds it moments later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Server:
-    """A ``ttsvc serve`` subprocess and where its log goes."""
-
-    proc: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
-    argv: list[str]
-
-    @property
-    def base_url(self) -> str:
-        """Loopback URL of the gateway."""
-        return f"http://{HOST}:{self.port}"
-
-
 def start_server(
     engines_dir: Path, workers: int, multiplex: bool, port: int, max_streams: int | None
 ) -> Server:
     """Spawn the service exactly as an operator would run it (CLI, gateway + worker processes)."""
-    port = port or free_port()
-    argv = [
-        sys.executable, "-m", "ttsvc.cli", "serve",
-        "--host", HOST, "--port", str(port), "--workers", str(workers),
-        "--engines-dir", str(engines_dir),
-    ]  # fmt: skip
+    extra: list[str] = []
     if not multiplex:
-        argv.append("--no-multiplex")
+        extra.append("--no-multiplex")
     if max_streams is not None:
-        argv += ["--max-streams-per-worker", str(max_streams)]
-    SERVER_LOG_DIR.mkdir(parents=True, exist_ok=True)
+        extra += ["--max-streams-per-worker", str(max_streams)]
     log_path = SERVER_LOG_DIR / f"http_bench_server_{'on' if multiplex else 'off'}.log"
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, cwd=ROOT)
-    return Server(proc, port, log_path, argv)
+    return Server(engines_dir, workers, log_path, port=port, extra_args=extra)
 
 
-def log_tail(path: Path, lines: int = 20) -> str:
-    """The end of the server log, for an error message when the server does not come up."""
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
+def health_ok(client: httpx.Client) -> bool:
+    """Ready once ``/health`` answers 200 with ``"status": "ok"``."""
+    resp = client.get("/health")
+    return resp.status_code == 200 and resp.json().get("status") == "ok"
 
 
-def wait_ready(server: Server, timeout_s: float = READY_TIMEOUT_S) -> float:
-    """Poll ``/health`` until a worker is ready; returns seconds waited.
-
-    Each poll has a short socket timeout so a half-started server cannot hang the loop. Between
-    polls the wait is ``proc.wait(timeout=...)`` rather than a sleep, so a server that crashes
-    during start-up is noticed at once instead of after the deadline.
-    """
-    started = time.perf_counter()
-    deadline = started + timeout_s
-    with httpx.Client(timeout=HEALTH_POLL_TIMEOUT_S, trust_env=False) as client:
-        while time.perf_counter() < deadline:
-            try:
-                resp = client.get(f"{server.base_url}/health")
-                if resp.status_code == 200 and resp.json().get("status") == "ok":
-                    return time.perf_counter() - started
-            except (httpx.HTTPError, ValueError):
-                pass
-            try:
-                code = server.proc.wait(timeout=0.2)
-            except subprocess.TimeoutExpired:
-                continue
-            raise RuntimeError(
-                f"server exited with {code} before it was ready; log {relative(server.log_path)}:"
-                f"\n{log_tail(server.log_path)}"
-            )
-    raise RuntimeError(
-        f"server not ready after {timeout_s:.0f} s; log {relative(server.log_path)}:"
-        f"\n{log_tail(server.log_path)}"
+def wait_ready(server: Server) -> float:
+    """Poll ``/health`` until a worker is ready; returns seconds waited."""
+    return server.wait_ready(
+        health_ok,
+        timeout_s=READY_TIMEOUT_S,
+        poll_timeout_s=HEALTH_POLL_TIMEOUT_S,
+        interval_s=0.2,
     )
-
-
-def stop_server(server: Server) -> int | None:
-    """SIGTERM (the service drains and exits 0); kill only if it does not exit in time."""
-    proc = server.proc
-    if proc.poll() is not None:
-        return proc.returncode
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        print(f"  server did not exit within {STOP_TIMEOUT_S:.0f} s: killing", file=sys.stderr)
-        proc.kill()
-        try:
-            return proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            return None
 
 
 # --------------------------------------------------------------------------- one request
@@ -445,13 +323,6 @@ async def warm_up(
 # --------------------------------------------------------------------------- statistics
 
 
-def pct(values: Sequence[float], q: float) -> float | None:
-    """Percentile with numpy's linear interpolation; None where there are no values."""
-    if not values:
-        return None
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
-
-
 def summarize(level: LevelResult) -> dict[str, Any]:
     """The per-level figures of the table: ok requests only enter latency and audio figures."""
     ok = [r for r in level.records if r.ok]
@@ -489,13 +360,6 @@ def summarize(level: LevelResult) -> dict[str, Any]:
     }
 
 
-def fmt(value: float | None, digits: int = 1) -> str:
-    """A table cell: fixed digits, or an en dash where there is no value."""
-    if value is None or not math.isfinite(value):
-        return "–"
-    return f"{value:.{digits}f}"
-
-
 def results_table(summaries: Sequence[dict[str, Any]]) -> str:
     """The main markdown table, one row per (mode, concurrency)."""
     head = (
@@ -516,13 +380,6 @@ def results_table(summaries: Sequence[dict[str, Any]]) -> str:
             f"{errors} |"
         )
     return "\n".join([head, *rows])
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    """a / b, or None where either is missing or b is zero."""
-    if a is None or b is None or b == 0:
-        return None
-    return a / b
 
 
 def compare_modes(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -568,17 +425,6 @@ def check_targets(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         verdict = "not run" if value is None else ("pass" if value <= limit else "miss")
         out.append({"target": label, "limit_ms": limit, "value_ms": value, "verdict": verdict})
     return out
-
-
-def clean(value: Any) -> Any:
-    """NaN and infinities to None, recursively: the JSON must be strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clean(v) for v in value]
-    return value
 
 
 # --------------------------------------------------------------------------- driver
@@ -660,8 +506,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workers < 1 or args.max_seconds <= 0 or args.timeout <= 0 or args.warmup < 0:
         raise SystemExit("--workers, --max-seconds and --timeout must be positive")
     corpus = load_corpus(args.corpus)
-    info = machine_info()
-    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    info = machine_info(
+        {"onnxruntime": ort.__version__, "httpx": httpx.__version__, "numpy": np.__version__}
+    )
+    date = utc_timestamp()
 
     print(f"engines: {relative(args.engines_dir)}", file=sys.stderr)
     version = ensure_default_voice(Path(args.engines_dir), lambda m: print(m, file=sys.stderr))
@@ -683,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             all_warm.extend(warm)
             all_levels.extend(results)
         finally:
-            exit_code = stop_server(server)
+            exit_code = server.stop()
             print(f"  server stopped (exit {exit_code})", file=sys.stderr)
         servers.append({
             "mode": mode,
@@ -744,10 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "records": [asdict(r) for level in all_levels for r in level.records],
     }
     out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(clean(payload), indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(out)
+    write_atomic(out, json.dumps(clean(payload), indent=1, allow_nan=False) + "\n")
     print(f"\nwrote {relative(out)}", file=sys.stderr)
     return 0
 

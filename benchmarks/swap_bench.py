@@ -32,20 +32,13 @@ import argparse
 import asyncio
 import hashlib
 import json
-import math
-import os
-import platform
 import random
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -55,30 +48,36 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+from bench_common import (
+    DEFAULT_CORPUS,
+    DEFAULT_ENGINES,
+    HERE,
+    HOST,
+    SERVER_LOG_DIR,
+    WAV_HEADER_BYTES,
+    Server,
+    clean,
+    fmt,
+    load_corpus,
+    machine_info,
+    pct,
+    ratio,
+    relative,
+    utc_timestamp,
+    write_atomic,
+)
 from ttsvc.compile.build import ensure_default_voice
 from ttsvc.repository.layout import EngineRepository
 from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-DEFAULT_CORPUS = HERE / "corpus.txt"
-DEFAULT_ENGINES = HERE / ".cache" / "engines"
 DEFAULT_JSON = HERE / "results" / "swap_bench.json"
-SERVER_LOG_DIR = HERE / ".cache"
-"""Server output goes to a file here: a pipe nobody reads would block the server."""
 
-HOST = "127.0.0.1"
-"""Loopback only: the benchmark must never expose or reach anything off this machine."""
 VOICE = "en_US-joe-medium"
 """The packaged default voice, the one ``ensure_default_voice`` compiles."""
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
 """Deterministic synthesis: the same text gives the same audio in every run."""
 PROBE_TEXT = "Swap probe."
 """A short text, so a probe response comes back quickly and probes follow each other closely."""
-MIN_CHARS, MAX_CHARS = 20, 60
-"""Corpus line length bounds of the load (the issue's 20-60-character texts)."""
-WAV_HEADER_BYTES = 44
-"""The streamed response starts with a 44-byte WAV header; audio is what comes after it."""
 ACOUSTIC = "acoustic.onnx"
 """The engine file the candidates replace."""
 PUBLISH_FACTORS = (1.001, 0.999)
@@ -97,47 +96,10 @@ SWAP_DEADLINE_S = 150.0
 """Longest wait for one swap to become visible (the server's per-worker swap timeout is 120 s)."""
 MAX_PROBES = 100_000
 """Upper bound on probes per swap, on top of the deadline."""
-STOP_TIMEOUT_S = 45.0
-"""How long a SIGTERMed server gets to drain and exit before it is killed."""
 REQUEST_TIMEOUT_S = 30.0
 """Per-request timeout of the load clients."""
 MAX_REQUESTS_PER_CLIENT = 100_000
 """Upper bound on requests per load client, on top of the run's deadline."""
-
-
-# --------------------------------------------------------------------------- inputs and machine
-
-
-def relative(path: Path) -> str:
-    """Paths in results are repository-relative so no machine's layout is committed."""
-    try:
-        return str(Path(path).resolve().relative_to(ROOT))
-    except ValueError:
-        return Path(path).name
-
-
-def load_corpus(path: Path) -> list[str]:
-    """One prompt per line; the length bounds keep the load what the issue describes."""
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    lines = [line for line in lines if line]
-    bad = [line for line in lines if not MIN_CHARS <= len(line) <= MAX_CHARS]
-    if bad or not lines:
-        raise SystemExit(f"{path}: need prompts of {MIN_CHARS}-{MAX_CHARS} characters: {bad[:3]}")
-    return lines
-
-
-def machine_info() -> dict[str, Any]:
-    """What the numbers depend on; printed as the header and stored in the JSON."""
-    return {
-        "processor": platform.processor(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "onnxruntime": ort.__version__,
-        "httpx": httpx.__version__,
-        "numpy": np.__version__,
-    }
 
 
 # --------------------------------------------------------------------------- candidates
@@ -215,86 +177,30 @@ def mv_cp(version_dir: Path, name: str, new: Path) -> float:
 # --------------------------------------------------------------------------- server process
 
 
-def free_port() -> int:
-    """A loopback port the OS says is free now (the server binds it moments later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+def start_server(engines: Path, cache: Path, workers: int, name: str) -> Server:
+    """A server with a private engines root and engine cache.
+
+    The engine cache goes into the run's temporary directory, so a killed server leaves nothing
+    in /tmp; never compile: the engines root already has its version.
+    """
+    env = {"TTSVC_COMPILE_DEFAULT_VOICE": "0", "TTSVC_ENGINE_CACHE_DIR": str(cache)}
+    log_path = SERVER_LOG_DIR / f"swap_bench_server_{name}.log"
+    return Server(engines, workers, log_path, env=env)
 
 
-class Server:
-    """A ``ttsvc serve`` subprocess on loopback with a private engines root and engine cache."""
+def wait_ready(server: Server) -> float:
+    """Probe ``/health`` and ``/voices`` until every worker is up; returns seconds waited."""
 
-    def __init__(self, engines: Path, cache: Path, workers: int, name: str) -> None:
-        self.port = free_port()
-        self.url = f"http://{HOST}:{self.port}"
-        self.workers = workers
-        self.argv = [
-            sys.executable, "-m", "ttsvc.cli", "serve", "--host", HOST, "--port", str(self.port),
-            "--workers", str(workers), "--engines-dir", str(engines),
-        ]  # fmt: skip
-        # The engine cache goes into the run's temporary directory, so a killed server leaves
-        # nothing in /tmp; never compile: the engines root already has its version.
-        env = {
-            **os.environ,
-            "TTSVC_COMPILE_DEFAULT_VOICE": "0",
-            "TTSVC_ENGINE_CACHE_DIR": str(cache),
-        }
-        SERVER_LOG_DIR.mkdir(parents=True, exist_ok=True)
-        self.log_path = SERVER_LOG_DIR / f"swap_bench_server_{name}.log"
-        with self.log_path.open("wb") as log_file:
-            self.proc = subprocess.Popen(
-                self.argv, stdout=log_file, stderr=subprocess.STDOUT, cwd=ROOT, env=env
-            )
+    def all_workers_up(client: httpx.Client) -> bool:
+        health = client.get("/health")
+        voices = client.get("/voices")
+        workers = server.worker_count()
+        return (health.status_code == 200 and voices.status_code == 200
+                and workers in (None, server.workers))  # fmt: skip
 
-    def worker_count(self) -> int | None:
-        """Spawned worker processes, from /proc (None where /proc cannot say)."""
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        try:
-            count = 0
-            for pid in children.read_text().split():
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                count += b"spawn_main" in cmdline
-            return count
-        except OSError:
-            return None
-
-    def wait_ready(self) -> float:
-        """Probe ``/health`` and ``/voices`` until every worker is up; returns seconds waited.
-
-        Between probes the wait is ``proc.wait(timeout=...)``, not a sleep, so a server that dies
-        during start-up is noticed at once instead of at the deadline.
-        """
-        started = time.perf_counter()
-        deadline = started + READY_TIMEOUT_S
-        with httpx.Client(base_url=self.url, timeout=POLL_TIMEOUT_S, trust_env=False) as c:
-            while time.perf_counter() < deadline:
-                try:
-                    health = c.get("/health")
-                    voices = c.get("/voices")
-                    workers = self.worker_count()
-                    if (health.status_code == 200 and voices.status_code == 200
-                            and workers in (None, self.workers)):  # fmt: skip
-                        return time.perf_counter() - started
-                except httpx.HTTPError:
-                    pass
-                try:
-                    code = self.proc.wait(timeout=0.1)
-                except subprocess.TimeoutExpired:
-                    continue
-                raise RuntimeError(f"server exited with {code}; see {relative(self.log_path)}")
-        raise RuntimeError(f"server not ready in {READY_TIMEOUT_S:.0f} s")
-
-    def stop(self) -> int | None:
-        """SIGTERM, wait for the drain, kill only if it hangs."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-        return self.proc.returncode
+    return server.wait_ready(
+        all_workers_up, timeout_s=READY_TIMEOUT_S, poll_timeout_s=POLL_TIMEOUT_S, interval_s=0.1
+    )
 
 
 async def engines_state(client: httpx.AsyncClient) -> dict[str, Any]:
@@ -605,25 +511,6 @@ async def ttfa_runs(
 # --------------------------------------------------------------------------- statistics, output
 
 
-def pct(values: Sequence[float], q: float) -> float | None:
-    """Percentile with numpy's linear interpolation; None where there are no values."""
-    if not values:
-        return None
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
-
-
-def fmt(value: float | None, digits: int = 1) -> str:
-    """A table cell: fixed digits, or an en dash where there is no value."""
-    if value is None or not math.isfinite(value):
-        return "–"
-    return f"{value:.{digits}f}"
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    """a / b, or None where either is missing or b is zero."""
-    return None if a is None or b is None or b == 0 else a / b
-
-
 def swap_summary(records: Sequence[SwapRecord]) -> list[dict[str, Any]]:
     """Median, p90 and max of both swap latencies per method."""
     out = []
@@ -721,17 +608,6 @@ def load_table(summaries: Sequence[dict[str, Any]]) -> str:
     return "\n".join([head, *rows])
 
 
-def clean(value: Any) -> Any:
-    """NaN and infinities to None, recursively: the JSON must be strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clean(v) for v in value]
-    return value
-
-
 # --------------------------------------------------------------------------- driver
 
 
@@ -768,12 +644,12 @@ def run_server(engines: Path, cache: Path, workers: int, name: str,
                body: Callable[[str], Any]) -> tuple[Any, dict[str, Any]]:  # fmt: skip
     """Start a server, run ``body(url)`` against it, always stop it; returns the body's result."""
     print(f"{name}: starting server ({workers} workers)", file=sys.stderr)
-    server = Server(engines, cache, workers, name)
+    server = start_server(engines, cache, workers, name)
     info: dict[str, Any] = {"name": name, "log": relative(server.log_path)}
     try:
-        info["ready_s"] = server.wait_ready()
+        info["ready_s"] = wait_ready(server)
         print(f"  ready in {info['ready_s']:.1f} s", file=sys.stderr)
-        return body(server.url), info
+        return body(server.base_url), info
     finally:
         info["exit_code"] = server.stop()
         print(f"  server stopped (exit {info['exit_code']})", file=sys.stderr)
@@ -787,8 +663,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seconds <= 0 or args.swap_interval <= 0:
         raise SystemExit("--seconds and --swap-interval must be positive")
     corpus = load_corpus(args.corpus)
-    info = machine_info()
-    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    info = machine_info(
+        {"onnxruntime": ort.__version__, "httpx": httpx.__version__, "numpy": np.__version__},
+        with_cpu_model=False,
+    )
+    date = utc_timestamp()
     version = ensure_default_voice(Path(args.engines_dir), lambda m: print(m, file=sys.stderr))
 
     swap_records: list[SwapRecord] = []
@@ -892,10 +771,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
     }
     out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = out.with_name(out.name + ".tmp")
-    tmp_out.write_text(json.dumps(clean(payload), indent=1, allow_nan=False) + "\n", "utf-8")
-    tmp_out.replace(out)
+    write_atomic(out, json.dumps(clean(payload), indent=1, allow_nan=False) + "\n")
     print(f"\nwrote {relative(out)}", file=sys.stderr)
     return 0
 

@@ -11,12 +11,11 @@ Copying and hashing are not parsing: untrusted bytes are parsed only inside work
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from pathlib import Path
 
-from ttsvc.errors import EngineError, EngineIntegrityError
+from ttsvc.errors import EngineIntegrityError
 from ttsvc.protocol import EngineSpec
 from ttsvc.repository.manifest import load_manifest
 
@@ -94,11 +93,3 @@ def snapshot(cache: EngineCache, directory: Path, voice: str) -> EngineSpec:
         manifest=manifest.model_dump_json(),
         cache_dir=str(cache.root),
     )
-
-
-def spec_manifest(spec: EngineSpec) -> dict[str, object]:
-    """The manifest a spec was made from, as a dict."""
-    data = json.loads(spec.manifest)
-    if not isinstance(data, dict):
-        raise EngineError("engine spec carries no manifest object")
-    return data
