@@ -172,8 +172,8 @@ class StreamProbe:
                 self.latents_end = time.perf_counter()
             return out
 
-        def windows(latents: Any, schedule: WindowSchedule | None, share: Any) -> Iterator[Any]:
-            for piece in original_windows(latents, schedule, share):
+        def windows(latents: Any, schedule: WindowSchedule | None) -> Iterator[Any]:
+            for piece in original_windows(latents, schedule):
                 if self.first_window is None:
                     self.first_window = time.perf_counter()
                 yield piece

@@ -10,7 +10,7 @@ starts early; later windows grow so the overlap's cost stays small against throu
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,15 +88,16 @@ class WindowSchedule:
         frame_cost_s: float = 0.0,
         frame_s: float = 0.0,
         context: int = 0,
-        share: Callable[[], float] | None = None,
     ) -> Iterator[tuple[int, int]]:
         """``[start, end)`` frame ranges covering ``frames`` frames, decided one at a time.
 
         ``frame_cost_s`` (compute seconds per frame, context included), ``frame_s`` (audio
         seconds per frame) and ``context`` (overlap frames per window) enable the playback cap;
-        without them the sizes follow ``first``/``growth``/``max`` alone. ``share`` is the part
-        of the compute this stream gets (a worker passes 1 / its streams), read as each next
-        window is sized, so a busy worker cuts its windows smaller.
+        without them the sizes follow ``first``/``growth``/``max`` alone.
+
+        Not scaled down for a busy worker: tried (windows sized by 1 / streams on the worker),
+        it left underruns at concurrency 4 unchanged and, in overload, cut throughput from 20 to
+        13 audio seconds per second, because small windows pay the overlap again and again.
         """
         start, size, limit = 0, self.first, float("inf")
         while start < frames:
@@ -104,8 +105,7 @@ class WindowSchedule:
             size = min(self.max, max(size + 1, int(size * self.growth)))
             next_limit = float("inf")
             if frame_cost_s > 0:
-                part = self.realtime_share * (share() if share is not None else 1.0)
-                next_limit = part * end * frame_s / frame_cost_s - context
+                next_limit = self.realtime_share * end * frame_s / frame_cost_s - context
                 size = max(self.first, min(size, int(next_limit)))
             if start > 0 and frames - end < size // 2 and frames - start <= limit:
                 end = frames  # a short tail costs a window's context for little audio: merge it
@@ -196,7 +196,6 @@ class Synthesizer:
         self,
         frames: int,
         schedule: WindowSchedule | None = None,
-        share: Callable[[], float] | None = None,
     ) -> Iterator[tuple[int, int]]:
         """The vocoder windows a sentence of ``frames`` frames is synthesized in."""
         return (schedule or self.schedule).windows(
@@ -204,24 +203,21 @@ class Synthesizer:
             frame_cost_s=self.frame_cost_s,
             frame_s=self.hop / self.sample_rate,
             context=self.vocoder_context.left + self.vocoder_context.right,
-            share=share,
         )
 
     def windows(
         self,
         latents: FloatArray,
         schedule: WindowSchedule | None = None,
-        share: Callable[[], float] | None = None,
     ) -> Iterator[FloatArray]:
         """Float audio of ``latents`` window by window; concatenated, it equals one-shot audio."""
-        for _, _, audio in self._windows(latents, schedule, share):
+        for _, _, audio in self._windows(latents, schedule):
             yield audio
 
     def _windows(
         self,
         latents: FloatArray,
         schedule: WindowSchedule | None,
-        share: Callable[[], float] | None,
     ) -> Iterator[tuple[int, int, FloatArray]]:
         """``(start, end, audio)`` of each window.
 
@@ -235,7 +231,7 @@ class Synthesizer:
         flow, fctx = self.engines.flow, self.flow_context
         frames: FloatArray | None = latents if flow is None else None
         done = total if flow is None else 0
-        for start, end in self.plan(total, schedule, share):
+        for start, end in self.plan(total, schedule):
             need = min(total, end + vctx.right)
             if flow is not None and fctx is not None and done < need:
                 target = need if done == 0 else min(total, max(need, done + FLOW_CHUNK))
@@ -255,12 +251,8 @@ class Synthesizer:
         text: str,
         params: SynthesisParams | None = None,
         schedule: WindowSchedule | None = None,
-        share: Callable[[], float] | None = None,
     ) -> Iterator[AudioChunk]:
-        """PCM16 chunks of ``text`` as soon as each window is computed.
-
-        ``share``: the part of the compute this stream gets (see ``WindowSchedule.windows``).
-        """
+        """PCM16 chunks of ``text`` as soon as each window is computed."""
         params = params or SynthesisParams()
         sentences = self.sentences(text)
         silence = np.zeros(round(params.sentence_silence * self.sample_rate), np.int16)
@@ -271,7 +263,7 @@ class Synthesizer:
             latents = self.latents(sentence.ids, params)
             total = latents.shape[2]
             # no look-ahead: each window is sent as soon as it is computed
-            for _, end, audio in self._windows(latents, schedule, share):
+            for _, end, audio in self._windows(latents, schedule):
                 pcm = to_pcm16(audio)
                 sentence_end = end == total
                 if sentence_end and not last_sentence and len(silence):

@@ -20,6 +20,7 @@ from ttsvc.synthesis import AudioChunk, SynthesisParams, Synthesizer
 
 log = get_logger("worker")
 
+
 @dataclass
 class _Stream:
     """One request's progress inside a worker."""
@@ -89,11 +90,7 @@ class StreamScheduler:
         rate = stream.synth.sample_rate
         if job.sample_rate is not None and job.sample_rate != rate:
             stream.resampler = StreamResampler(rate, job.sample_rate)
-        return stream.synth.stream(job.text, params, share=self._share)
-
-    def _share(self) -> float:
-        """This worker's compute splits between its streams: windows are sized for that."""
-        return 1.0 / max(1, len(self.streams))
+        return stream.synth.stream(job.text, params)
 
     def step(self, send: Callable[[FromWorker], None]) -> None:
         """Advance one stream by one window and send what it produced."""
