@@ -105,6 +105,16 @@ def test_oversized_body_is_413(server: Server) -> None:
                            headers={"content-type": "application/json"})  # fmt: skip
     assert r.status_code == 413 and r.json()["type"] == "payload_too_large"
 
+    def chunked() -> Iterator[bytes]:  # no Content-Length: the cap must count bytes itself
+        yield b'{"text": "'
+        for _ in range(70):
+            yield b"a" * 1024
+        yield b'"}'
+
+    r = server.client.post("/synthesize", content=chunked(),
+                           headers={"content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 413 and r.json()["type"] == "payload_too_large"
+
 
 def test_health_live_voices(server: Server) -> None:
     health = server.client.get("/health").json()

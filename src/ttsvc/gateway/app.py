@@ -24,7 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import start_http_server
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ttsvc.audio.resample import SUPPORTED_RATES
 from ttsvc.audio.wav import streaming_header, wav_bytes
@@ -203,6 +203,8 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             return _error(state, request, exc.to_body(), exc.status)
         return await call_next(request)
 
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, state=state)
+
     @app.get("/live")
     async def live() -> dict[str, str]:
         return {"status": "ok"}
@@ -236,6 +238,51 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         return await _synthesize(state, body, request)
 
     return app
+
+
+class BodyLimit:
+    """Counts request body bytes as they arrive, so a chunked upload (no Content-Length) is cut
+    off at the cap too instead of being read into memory whole.
+
+    Past the cap it answers 413 itself and tells the application the client left; anything the
+    application still tries to send is dropped (FastAPI would turn an error raised while reading
+    the body into a 400).
+    """
+
+    def __init__(self, app: ASGIApp, limit: int, state: GatewayState) -> None:
+        self.app = app
+        self.limit = limit
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        received = 0
+        answered = False
+
+        async def counted() -> Message:
+            nonlocal received, answered
+            message = await receive()
+            if message["type"] == "http.request" and not answered:
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    answered = True
+                    exc = PayloadTooLarge(f"body over {self.limit} bytes")
+                    reply = _error(self.state, Request(scope), exc.to_body(), exc.status)
+                    await reply(scope, receive, send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded(message: Message) -> None:
+            if not answered:
+                await send(message)
+
+        try:
+            await self.app(scope, counted, guarded)
+        except Exception:
+            if not answered:
+                raise
 
 
 class SynthesisExchange:
