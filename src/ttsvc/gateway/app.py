@@ -240,6 +240,12 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
     return app
 
 
+def _whole_body(pieces: list[bytes], rate: int, fmt: str) -> bytes:
+    """Join a ``stream: false`` response (up to minutes of audio: megabytes, off the loop)."""
+    pcm = b"".join(pieces)
+    return wav_bytes(np.frombuffer(pcm, dtype="<i2"), rate) if fmt == "wav" else pcm
+
+
 class BodyLimit:
     """Counts request body bytes as they arrive, so a chunked upload (no Content-Length) is cut
     off at the cap too instead of being read into memory whole.
@@ -523,8 +529,7 @@ async def _synthesize(state: GatewayState, body: SynthesizeRequest, request: Req
             exchange.finish("cancelled", cancel=True)  # no-op after a normal end
         if exchange.failure is not None:  # nothing was sent yet: answer with the error
             raise WorkerReportedError(exchange.failure)
-        pcm = np.frombuffer(b"".join(pieces), dtype="<i2")
-        data = wav_bytes(pcm, rate) if body.format == "wav" else pcm.tobytes()
+        data = await asyncio.to_thread(_whole_body, pieces, rate, body.format)
         return Response(data, media_type=media, headers=headers)
 
     async def body_iter() -> AsyncIterator[bytes]:
