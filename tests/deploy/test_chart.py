@@ -1,0 +1,360 @@
+"""The Helm chart, rendered offline by Helm's own Go engine (helm-python-sdk, no helm binary).
+
+Every rendered manifest is validated strictly against the Kubernetes schemas of each supported
+version (kubernetes-validate's Python API: its CLI exits 0 on an unknown apiVersion). The
+ServiceMonitor and ScaledObject are custom resources without a schema there: they are listed in
+``CUSTOM_RESOURCES`` and checked field by field below instead; any other kind without a schema
+fails. What the service itself requires (probe paths, ports, the read-only engines directory,
+grace period, metric and setting names) is asserted against the service's own code, not against
+copies of its names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate.utils import SchemaNotFoundError
+
+from ttsvc.config import Settings
+from ttsvc.observability.metrics import ServiceMetrics
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "ttsvc"
+SUPPORTED_KUBERNETES = ("1.33", "1.34", "1.35", "1.36", "1.37")
+"""The versions docs/deploy.md and Chart.yaml's kubeVersion promise."""
+CUSTOM_RESOURCES = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("keda.sh/v1alpha1", "ScaledObject"),
+}
+RELEASE, NAMESPACE = "speech", "tts"
+FULLNAME = f"{RELEASE}-ttsvc"
+
+VALUES_SETS = {"defaults": {}} | {
+    p.name.removesuffix("-values.yaml"): yaml.safe_load(p.read_text())
+    for p in sorted((CHART / "ci").glob("*-values.yaml"))
+}
+"""Defaults plus every example under ci/ (chart-testing's convention): gpu, autoscaling on a TTS
+metric, on CPU and through KEDA, ServiceMonitor on, engines from the image."""
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+def render(chart: helm.Chart, values: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every object the chart renders for ``values`` (NOTES.txt is text, not a manifest)."""
+    out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return [
+        doc
+        for name, text in sorted(out.items())
+        if name.endswith(".yaml")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (c,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def exported_metrics() -> set[str]:
+    """Every metric (family) and series name ttsvc's metrics port serves, from the service's own
+    registry: ``ttsvc_ttfa_seconds`` as well as its ``_bucket``, ``_count`` and ``_sum``."""
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ()}
+    families = list(ServiceMetrics().registry.collect())
+    return {f.name for f in families} | {f.name + s for f in families for s in suffixes[f.type]}
+
+
+def settings_configmap(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """The TTSVC_* ConfigMap's data (the other ConfigMap is the dashboard)."""
+    (configmap,) = [o for o in objects if o["kind"] == "ConfigMap"
+                    and o["metadata"]["name"] == FULLNAME]  # fmt: skip
+    data: dict[str, str] = configmap["data"]
+    return data
+
+
+def test_values_sets_cover_what_the_issue_asks() -> None:
+    assert {"defaults", "gpu", "autoscaling-metric", "servicemonitor"} <= VALUES_SETS.keys()
+
+
+@pytest.mark.parametrize("name", sorted(VALUES_SETS))
+def test_lint_strict_is_clean(name: str) -> None:
+    report = helm.lint(CHART, VALUES_SETS[name], strict=True, namespace=NAMESPACE,
+                       kube_version=f"v{SUPPORTED_KUBERNETES[0]}.0")  # fmt: skip
+    assert report["errors"] == []
+    # severity 1 is information (only "icon is recommended": the project publishes no icon)
+    assert [m for m in report["messages"] if m["severity"] > 1] == []
+
+
+def test_chart_promises_the_versions_validated_here(chart: helm.Chart) -> None:
+    """Helm refuses to install on a cluster below kubeVersion: the oldest version tested here."""
+    assert chart.metadata["kubeVersion"] == f">={SUPPORTED_KUBERNETES[0]}.0-0"
+
+
+@pytest.mark.parametrize("name", sorted(VALUES_SETS))
+def test_every_manifest_validates_strictly(chart: helm.Chart, name: str) -> None:
+    objects = render(chart, VALUES_SETS[name])
+    assert objects
+    for obj in objects:
+        for version in SUPPORTED_KUBERNETES:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except SchemaNotFoundError:
+                assert (obj["apiVersion"], obj["kind"]) in CUSTOM_RESOURCES, obj["kind"]
+
+
+@pytest.mark.parametrize("name", sorted(VALUES_SETS))
+def test_pod_contract(chart: helm.Chart, name: str) -> None:
+    """What the service needs from its pod, in every values set."""
+    objects = render(chart, VALUES_SETS[name])
+    settings = Settings()  # the service's defaults, which the chart must agree with
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    c = container(objects)
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"http": settings.port, "metrics": settings.metrics_port}
+
+    for probe, path in (("readinessProbe", "/health"), ("startupProbe", "/health"),
+                        ("livenessProbe", "/live")):  # fmt: skip
+        assert c[probe]["httpGet"] == {"path": path, "port": "http"}
+    assert c["readinessProbe"]["periodSeconds"] == 5
+
+    # the engines: a whole directory, read-only, where TTSVC_ENGINES_DIR points
+    data = settings_configmap(objects)
+    engines = [m for m in c["volumeMounts"] if m["name"] == "engines"]
+    if VALUES_SETS[name].get("engines", {}).get("hostPath", {}).get("enabled", True):
+        (mount,) = engines
+        assert mount["readOnly"] is True
+        assert "subPath" not in mount and "subPathExpr" not in mount
+        assert mount["mountPath"] == data["TTSVC_ENGINES_DIR"]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "engines"]
+        assert volume["hostPath"]["type"] in ("Directory", "DirectoryOrCreate")
+    else:
+        assert engines == []
+    assert data["TTSVC_COMPILE_DEFAULT_VOICE"] == "false"  # never write into the engines dir
+
+    # read-only root: the only writable place is /tmp, and the engine cache lives there
+    (tmp,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+    (tmp_volume,) = [v for v in pod["volumes"] if v["name"] == tmp["name"]]
+    assert "emptyDir" in tmp_volume
+    assert data["TTSVC_ENGINE_CACHE_DIR"].startswith("/tmp/")
+    assert all(m["mountPath"] == "/tmp" or m.get("readOnly") for m in c["volumeMounts"])
+
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert c["securityContext"] == {
+        "runAsNonRoot": True,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert pod["automountServiceAccountToken"] is False
+
+    # SIGKILL must not come before the preStop sleep and the drain are over
+    pre_stop = c["lifecycle"]["preStop"]["sleep"]["seconds"]
+    drain = float(data["TTSVC_DRAIN_GRACE_S"])
+    assert pod["terminationGracePeriodSeconds"] >= pre_stop + drain
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
+
+    service = one(objects, "Service")
+    assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
+        "http": (settings.port, "http"),
+        "metrics": (settings.metrics_port, "metrics"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("pre_stop", "drain"), [(1, 0), (5, 30), (10, 0.5), (30, 600), (300, 3600)]
+)
+def test_grace_period_covers_prestop_and_drain(chart: helm.Chart, pre_stop: int,
+                                               drain: float) -> None:  # fmt: skip
+    objects = render(chart, {"lifecycle": {"preStopSleepSeconds": pre_stop},
+                             "settings": {"drain_grace_s": drain}})  # fmt: skip
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] >= pre_stop + drain
+    assert float(settings_configmap(objects)["TTSVC_DRAIN_GRACE_S"]) == drain
+
+
+@pytest.mark.parametrize("name", sorted(VALUES_SETS))
+def test_configmap_is_settings_the_service_accepts(
+    chart: helm.Chart, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every key is a real Settings field (Settings ignores unknown TTSVC_* variables, so a typo
+    would pass silently), and the service builds its Settings from them."""
+    data = settings_configmap(render(chart, VALUES_SETS[name]))
+    fields = {f"TTSVC_{field.upper()}" for field in Settings.model_fields}
+    assert set(data) <= fields, set(data) - fields
+    for key in [k for k in os.environ if k.startswith("TTSVC_")]:
+        monkeypatch.delenv(key)
+    for key, value in data.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    assert str(settings.engines_dir) == data["TTSVC_ENGINES_DIR"]
+    assert settings.workers == int(data["TTSVC_WORKERS"])  # never the node's CPU count
+
+
+def test_schema_settings_are_settings_fields(chart: helm.Chart) -> None:
+    schema = chart.schema
+    assert schema is not None
+    assert set(schema["properties"]["settings"]["properties"]) <= set(Settings.model_fields)
+
+
+def test_settings_change_rolls_the_pods(chart: helm.Chart) -> None:
+    def checksum(values: dict[str, Any]) -> str:
+        pod = one(render(chart, values), "Deployment")["spec"]["template"]
+        return str(pod["metadata"]["annotations"]["checksum/config"])
+
+    assert checksum({}) == checksum({})
+    assert checksum({}) != checksum({"settings": {"log_level": "debug"}})
+
+
+def test_gpu_values(chart: helm.Chart) -> None:
+    objects = render(chart, VALUES_SETS["gpu"])
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    c = container(objects)
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    assert c["image"].endswith("-gpu")
+    cpu = render(chart, {})
+    assert "nvidia.com/gpu" not in str(cpu) and not container(cpu)["image"].endswith("-gpu")
+
+
+def test_hpa_scales_on_a_metric_the_service_exports(chart: helm.Chart) -> None:
+    objects = render(chart, VALUES_SETS["autoscaling-metric"])
+    hpa = one(objects, "HorizontalPodAutoscaler")
+    names = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
+    assert names and set(names) <= exported_metrics()
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                             "name": FULLNAME}  # fmt: skip
+    # the HPA owns the replica count
+    assert "replicas" not in one(objects, "Deployment")["spec"]
+    assert one(objects, "ServiceMonitor")
+
+
+def test_prometheus_adapter_rules_serve_exported_metrics() -> None:
+    """The adapter example names each rule after the series it reads, so HPA metric names and
+    Prometheus names are the same words; the chart's default HPA metric is among them."""
+    rules = yaml.safe_load((CHART / "examples" / "prometheus-adapter-values.yaml").read_text())
+    exported = exported_metrics()
+    served = set()
+    for rule in rules["rules"]["custom"]:
+        series = rule["seriesQuery"].split("{")[0]
+        assert series in exported, series
+        assert rule["name"]["as"] in exported
+        served.add(rule["name"]["as"])
+    with helm.Chart.load(CHART) as loaded:
+        assert loaded.values["autoscaling"]["metric"]["name"] in served
+
+
+def test_cpu_autoscaling(chart: helm.Chart) -> None:
+    hpa = one(render(chart, VALUES_SETS["autoscaling-cpu"]), "HorizontalPodAutoscaler")
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["resource"]["name"] == "cpu"
+
+
+def test_keda_scaled_object(chart: helm.Chart) -> None:
+    """No schema for ScaledObject in kubernetes-validate: its fields are checked here."""
+    objects = render(chart, VALUES_SETS["autoscaling-keda"])
+    assert not [o for o in objects if o["kind"] == "HorizontalPodAutoscaler"]  # KEDA makes it
+    scaled = one(objects, "ScaledObject")
+    assert scaled["spec"]["scaleTargetRef"] == {"name": FULLNAME}
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "prometheus"
+    query = trigger["metadata"]["query"]
+    assert f'namespace="{NAMESPACE}"' in query and f'service="{FULLNAME}"' in query
+    assert query.split("(")[1].split("{")[0] in exported_metrics()
+    assert float(trigger["metadata"]["threshold"]) > 0
+
+
+def test_service_monitor(chart: helm.Chart) -> None:
+    """No schema for ServiceMonitor in kubernetes-validate: its fields are checked here."""
+    objects = render(chart, VALUES_SETS["servicemonitor"])
+    monitor = one(objects, "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    service = one(objects, "Service")
+    selected = monitor["spec"]["selector"]["matchLabels"]
+    assert selected.items() <= service["metadata"]["labels"].items()
+    assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
+    assert not [o for o in render(chart, {}) if o["kind"] == "ServiceMonitor"]  # optional
+
+
+def test_disruption_budget_selects_the_pods(chart: helm.Chart) -> None:
+    objects = render(chart, {})
+    pdb = one(objects, "PodDisruptionBudget")
+    labels = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def test_dashboard_configmap_is_the_dashboard(chart: helm.Chart) -> None:
+    objects = render(chart, {})
+    (dashboard,) = [o for o in objects if o["kind"] == "ConfigMap" and "ttsvc.json" in o["data"]]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"  # Grafana's sidecar label
+    source = (CHART / "dashboards" / "ttsvc.json").read_text()
+    assert dashboard["data"]["ttsvc.json"] == source.rstrip("\n")
+    assert json.loads(dashboard["data"]["ttsvc.json"]) == json.loads(source)
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"settings": {"port": 8080}}, "/settings"),  # the chart owns the ports
+        ({"settings": {"workers": "many"}}, "/settings/workers"),
+        ({"settings": {"max_streams_per_worker": 0}}, "/settings/max_streams_per_worker"),
+        ({"probes": {"readiness": {"periodSeconds": 0}}}, "/probes/readiness/periodSeconds"),
+        ({"engines": {"hostPath": {"type": "File"}}}, "/engines/hostPath/type"),
+        ({"engines": {"mountPath": "/tmp/engines"}}, "/engines/mountPath"),
+        (
+            {"gpu": {"enabled": True}, "engines": {"hostPath": {"enabled": False}}},
+            "/engines/hostPath/enabled",
+        ),
+        ({"autoscaling": {"type": "memory"}}, "/autoscaling/type"),
+        ({"autoscaling": {"metric": {"name": "up"}}}, "/autoscaling/metric/name"),
+        ({"ports": {"http": 70000}}, "/ports/http"),
+        ({"lifecycle": {"preStopSleepSeconds": 0}}, "/lifecycle/preStopSleepSeconds"),
+        ({"securityContext": {"runAsUser": 0}}, "/securityContext/runAsUser"),
+        ({"replicas": 3}, "replicas"),  # a typo of replicaCount
+    ],
+)
+def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], field: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as refused:
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    assert field in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"ports": {"http": 9000, "metrics": 9000}}, "ports.metrics must differ"),
+        ({"autoscaling": {"minReplicas": 5, "maxReplicas": 4}}, "minReplicas must not exceed"),
+    ],
+)
+def test_template_refuses_what_the_schema_cannot(
+    chart: helm.Chart, values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(helm.HelmRenderError) as refused:
+        chart.render(values, name=RELEASE)
+    assert message in str(refused.value)
