@@ -147,6 +147,21 @@ def test_cpu_image_ships_the_compiled_voice(targets: dict[str, Stage]) -> None:
     assert "--from=build /opt/ttsvc/engines /opt/ttsvc/engines" in copies
 
 
+def test_build_context_leaves_out_dev_state() -> None:
+    """A checkout's virtualenv and engines would bloat the context; egg-info and bytecode would
+    change the source layer's checksum on every local run."""
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    assert {".venv", "engines", "**/__pycache__", "**/*.egg-info"} <= ignored
+    copied = {
+        source
+        for stage in stages(DOCKERFILE.read_text())
+        for args in stage.all("COPY")
+        if not args.startswith("--from")
+        for source in args.split()[:-1]
+    }
+    assert not copied & ignored
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
