@@ -29,7 +29,6 @@ import asyncio
 import json
 import random
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,24 +44,20 @@ from bench_common import (
     HERE,
     HOST,
     SERVER_LOG_DIR,
-    WAV_HEADER_BYTES,
     Server,
     clean,
     fmt,
     load_corpus,
     machine_info,
-    pct,
     ratio,
     relative,
     utc_timestamp,
     write_atomic,
 )
+from loadgen import Record, closed_loop, one_request, summarize_records
 from ttsvc.compile.build import ensure_default_voice
 
 DEFAULT_JSON = HERE / "results" / "http_bench.json"
-
-DEFAULT_RATE = 22050
-"""Used only if a response lacks ``x-sample-rate`` (it should not)."""
 
 READY_TIMEOUT_S = 120.0
 """How long a server gets to become ready (spawn workers, load engines)."""
@@ -156,92 +151,6 @@ def wait_ready(server: Server) -> float:
     )
 
 
-# --------------------------------------------------------------------------- one request
-
-
-@dataclass
-class Record:
-    """One request as a client saw it. Times are milliseconds from its own send."""
-
-    mode: str
-    concurrency: int
-    index: int
-    client: int
-    text_index: int
-    text_chars: int
-    start_s: float = 0.0
-    """Send time, seconds from the start of the level (to see ramp-up and drift)."""
-    status: int | None = None
-    error: str | None = None
-    ttfa_ms: float | None = None
-    latency_ms: float | None = None
-    pcm_bytes: int = 0
-    audio_s: float = 0.0
-    sample_rate: int | None = None
-    reads: int = 0
-    underruns: int = 0
-    stall_ms: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """Completed with audio and no error."""
-        return self.error is None
-
-
-async def one_request(client: httpx.AsyncClient, url: str, text: str, rec: Record) -> None:
-    """Send one synthesis request, read the stream to its end, and fill in ``rec``.
-
-    TTFA ends at the first PCM byte after the 44-byte WAV header: a header alone is not audio.
-    Bytes are read with ``aiter_raw`` so nothing is buffered or decoded between socket and clock.
-
-    Underruns model a client that plays in real time: playback starts when the first PCM byte
-    arrives; each later read that arrives after the audio received so far would have finished
-    playing is an underrun. The player then stalls until that read arrives and resumes from it
-    (so one late read counts once, not once for every read after it); ``stall_ms`` sums the gaps.
-    """
-    payload = {"text": text, "noise_scale": 0, "noise_w": 0}
-    sent = time.perf_counter()
-    try:
-        async with client.stream("POST", url, json=payload) as resp:
-            rec.status = resp.status_code
-            if resp.status_code != 200:
-                await resp.aread()
-                rec.error = f"http_{resp.status_code}"
-                rec.latency_ms = (time.perf_counter() - sent) * 1000.0
-                return
-            rate = int(resp.headers.get("x-sample-rate", DEFAULT_RATE))
-            rec.sample_rate = rate
-            received = 0
-            pcm = 0
-            play_end = 0.0
-            async for raw in resp.aiter_raw():
-                now = time.perf_counter()
-                received += len(raw)
-                new_pcm = max(0, received - WAV_HEADER_BYTES) - pcm
-                if new_pcm <= 0:
-                    continue
-                rec.reads += 1
-                duration = new_pcm / 2 / rate
-                if pcm == 0:
-                    rec.ttfa_ms = (now - sent) * 1000.0
-                    play_end = now + duration
-                elif now > play_end:
-                    rec.underruns += 1
-                    rec.stall_ms += (now - play_end) * 1000.0
-                    play_end = now + duration
-                else:
-                    play_end += duration
-                pcm += new_pcm
-            rec.latency_ms = (time.perf_counter() - sent) * 1000.0
-            rec.pcm_bytes = pcm
-            rec.audio_s = pcm / 2 / rate
-            if pcm == 0:
-                rec.error = "no_audio"
-    except httpx.HTTPError as exc:
-        rec.error = type(exc).__name__
-        rec.latency_ms = (time.perf_counter() - sent) * 1000.0
-
-
 # --------------------------------------------------------------------------- one level
 
 
@@ -257,6 +166,11 @@ class LevelResult:
     records: list[Record] = field(default_factory=list)
 
 
+def payload(text: str) -> dict[str, Any]:
+    """Deterministic synthesis: the same text gives the same work in every mode."""
+    return {"text": text, "noise_scale": 0, "noise_w": 0}
+
+
 async def run_level(
     client: httpx.AsyncClient,
     url: str,
@@ -266,38 +180,18 @@ async def run_level(
     text_ids: Sequence[int],
     max_seconds: float,
 ) -> LevelResult:
-    """Closed loop: ``level`` clients send back to back until the requests or the time run out.
+    """Closed loop (``loadgen.closed_loop``): request ``i`` sends text ``text_ids[i]`` in both
+    modes; the level's wall time runs from the start to the last response."""
 
-    Requests are claimed from a shared counter before they are sent, so exactly ``len(text_ids)``
-    requests complete unless the deadline stops new sends first (in-flight ones still finish,
-    bounded by the client's timeout). Claiming in order also makes request ``i`` send text
-    ``text_ids[i]`` in both modes. The level's wall time runs from the start to the last response.
-    """
-    planned = len(text_ids)
-    records: list[Record] = []
-    next_index = 0
-    deadline_hit = False
-    started = time.perf_counter()
-    deadline = started + max_seconds
+    def make(index: int) -> Record:
+        tid = text_ids[index]
+        return Record(mode, level, index, tid, len(corpus[tid]))
 
-    async def client_loop(cid: int) -> None:
-        nonlocal next_index, deadline_hit
-        while next_index < planned:
-            if time.perf_counter() >= deadline:
-                deadline_hit = True
-                return
-            index = next_index
-            next_index += 1
-            tid = text_ids[index]
-            rec = Record(mode, level, index, cid, tid, len(corpus[tid]))
-            rec.start_s = time.perf_counter() - started
-            await one_request(client, url, corpus[tid], rec)
-            records.append(rec)
+    async def send(index: int, rec: Record) -> None:
+        await one_request(client, url, payload(corpus[rec.text_index]), rec)
 
-    await asyncio.gather(*(client_loop(cid) for cid in range(level)))
-    wall = time.perf_counter() - started
-    records.sort(key=lambda r: r.index)
-    return LevelResult(mode, level, planned, wall, deadline_hit, records)
+    records, wall, hit = await closed_loop(send, make, level, len(text_ids), max_seconds)
+    return LevelResult(mode, level, len(text_ids), wall, hit, records)
 
 
 async def warm_up(
@@ -314,8 +208,10 @@ async def warm_up(
         batch = []
         for i in range(start, min(count, start + max(1, workers))):
             tid = rng.randrange(len(corpus))
-            batch.append(Record("warmup", 0, i, i - start, tid, len(corpus[tid])))
-        await asyncio.gather(*(one_request(client, url, corpus[r.text_index], r) for r in batch))
+            batch.append(Record("warmup", 0, i, tid, len(corpus[tid])))
+        await asyncio.gather(
+            *(one_request(client, url, payload(corpus[r.text_index]), r) for r in batch)
+        )
         records.extend(batch)
     return records
 
@@ -324,40 +220,16 @@ async def warm_up(
 
 
 def summarize(level: LevelResult) -> dict[str, Any]:
-    """The per-level figures of the table: ok requests only enter latency and audio figures."""
-    ok = [r for r in level.records if r.ok]
-    ttfa = [r.ttfa_ms for r in ok if r.ttfa_ms is not None]
-    latency = [r.latency_ms for r in ok if r.latency_ms is not None]
-    errors: dict[str, int] = {}
-    for r in level.records:
-        if r.error is not None:
-            errors[r.error] = errors.get(r.error, 0) + 1
-    wall = level.wall_s if level.wall_s > 0 else float("nan")
-    underrun_requests = sum(1 for r in ok if r.underruns > 0)
-    return {
+    """The per-level figures of the table (``loadgen.summarize_records``) with the mode."""
+    out: dict[str, Any] = {
         "mode": level.mode,
         "multiplex": MODES[level.mode],
         "concurrency": level.concurrency,
         "planned": level.planned,
-        "sent": len(level.records),
-        "ok": len(ok),
-        "errors": sum(errors.values()),
-        "errors_by_kind": errors,
         "stopped_by_deadline": level.stopped_by_deadline,
-        "wall_s": level.wall_s,
-        "qps": len(ok) / wall,
-        "ttfa_p50_ms": pct(ttfa, 50),
-        "ttfa_p95_ms": pct(ttfa, 95),
-        "ttfa_p99_ms": pct(ttfa, 99),
-        "ttfa_max_ms": max(ttfa) if ttfa else None,
-        "latency_p50_ms": pct(latency, 50),
-        "latency_p99_ms": pct(latency, 99),
-        "audio_s_total": sum(r.audio_s for r in ok),
-        "audio_s_per_s": sum(r.audio_s for r in ok) / wall,
-        "underruns_total": sum(r.underruns for r in ok),
-        "underrun_requests": underrun_requests,
-        "underrun_share": underrun_requests / len(ok) if ok else None,
     }
+    out.update(summarize_records(level.records, level.wall_s))
+    return out
 
 
 def results_table(summaries: Sequence[dict[str, Any]]) -> str:

@@ -74,6 +74,8 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--queue-timeout", type=float, default=None, dest="queue_timeout_s")
     p.add_argument("--drain-grace", type=float, default=None, dest="drain_grace_s")
     p.add_argument("--no-multiplex", action="store_false", default=None, dest="multiplex")
+    p.add_argument("--window-budget-share", type=float, default=None,
+                   help="share of a peer stream's buffered audio a window may take")  # fmt: skip
     p.add_argument("--first-window", type=int, default=None, help="frames in the first window")
 
 
@@ -101,7 +103,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
              "metrics_port": "metrics_port",
              "max_streams_per_worker": "max_streams_per_worker",
              "queue_timeout_s": "queue_timeout_s", "drain_grace_s": "drain_grace_s",
-             "multiplex": "multiplex"}  # fmt: skip
+             "multiplex": "multiplex", "window_budget_share": "window_budget_share"}  # fmt: skip
     return {
         field: getattr(args, flag)
         for flag, field in names.items()

@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     """Growth factor of later windows."""
     max_window_frames: int = Field(512, ge=1, le=4096)
     """Largest vocoder window in frames."""
+    window_budget_share: float = Field(0.5, ge=0.0, le=1.0)
+    """A window may compute for at most this share of the audio another stream on the same
+    worker still has buffered (0: no such cap; see ``WindowSchedule.budget_share``)."""
     max_sentence_chars: int = Field(200, ge=20, le=2000)
     """Sentences longer than this are split at clauses for streaming."""
     max_text_chars: int = Field(4096, ge=1, le=100_000)
@@ -110,4 +113,9 @@ class Settings(BaseSettings):
 
     def schedule(self) -> WindowSchedule:
         """The vocoder window schedule these settings describe."""
-        return WindowSchedule(self.first_window_frames, self.window_growth, self.max_window_frames)
+        return WindowSchedule(
+            self.first_window_frames,
+            self.window_growth,
+            self.max_window_frames,
+            budget_share=self.window_budget_share,
+        )

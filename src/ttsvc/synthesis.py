@@ -10,7 +10,7 @@ starts early; later windows grow so the overlap's cost stays small against throu
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +54,10 @@ class SynthesisParams(BaseModel):
         )
 
 
+Budget = Callable[[], "float | None"]
+"""Compute seconds the next window may take (None: no limit), asked as it is sized."""
+
+
 @dataclass(frozen=True)
 class WindowSchedule:
     """Frame window sizes: small first (time to first audio), then growing fast (throughput).
@@ -74,11 +78,17 @@ class WindowSchedule:
     realtime_share: float = 0.5
     """A window may take at most this share of the audio already sent to compute (the rest is
     headroom for other streams on the same worker)."""
+    shared_min: int = 32
+    """Frames a window keeps however small a ``budget`` asks for: below this the vocoder's
+    context would cost more than the window's own frames."""
+    budget_share: float = 0.5
+    """For a worker's scheduler: the share of another stream's buffered audio one window may
+    compute for (the rest is for that stream's own next window); 0 turns the budget off."""
 
     def __post_init__(self) -> None:
         if self.first < 1 or self.max < self.first or self.growth < 1.0:
             raise ValueError(f"invalid window schedule {self}")
-        if not 0.0 < self.realtime_share <= 1.0:
+        if not 0.0 < self.realtime_share <= 1.0 or not 0.0 <= self.budget_share <= 1.0:
             raise ValueError(f"invalid window schedule {self}")
 
     def windows(
@@ -88,12 +98,16 @@ class WindowSchedule:
         frame_cost_s: float = 0.0,
         frame_s: float = 0.0,
         context: int = 0,
+        budget: Budget | None = None,
     ) -> Iterator[tuple[int, int]]:
         """``[start, end)`` frame ranges covering ``frames`` frames, decided one at a time.
 
         ``frame_cost_s`` (compute seconds per frame, context included), ``frame_s`` (audio
         seconds per frame) and ``context`` (overlap frames per window) enable the playback cap;
-        without them the sizes follow ``first``/``growth``/``max`` alone.
+        without them the sizes follow ``first``/``growth``/``max`` alone. ``budget``, asked
+        just before each window after the first, caps that window's compute time (seconds, or
+        None for no cap): a worker uses it so one stream's window cannot outlast the audio
+        other streams still have buffered.
 
         Not scaled down for a busy worker: tried (windows sized by 1 / streams on the worker),
         it left underruns at concurrency 4 unchanged and, in overload, cut throughput from 20 to
@@ -101,6 +115,11 @@ class WindowSchedule:
         """
         start, size, limit = 0, self.first, float("inf")
         while start < frames:
+            if start > 0 and budget is not None and frame_cost_s > 0:
+                allowed = budget()  # asked now, as the window is about to be computed
+                if allowed is not None:
+                    fits = max(self.shared_min, int(allowed / frame_cost_s) - context)
+                    size, limit = min(size, fits), min(limit, fits)
             end = min(frames, start + size)
             size = min(self.max, max(size + 1, int(size * self.growth)))
             next_limit = float("inf")
@@ -196,6 +215,7 @@ class Synthesizer:
         self,
         frames: int,
         schedule: WindowSchedule | None = None,
+        budget: Budget | None = None,
     ) -> Iterator[tuple[int, int]]:
         """The vocoder windows a sentence of ``frames`` frames is synthesized in."""
         return (schedule or self.schedule).windows(
@@ -203,6 +223,7 @@ class Synthesizer:
             frame_cost_s=self.frame_cost_s,
             frame_s=self.hop / self.sample_rate,
             context=self.vocoder_context.left + self.vocoder_context.right,
+            budget=budget,
         )
 
     def windows(
@@ -218,6 +239,7 @@ class Synthesizer:
         self,
         latents: FloatArray,
         schedule: WindowSchedule | None,
+        budget: Budget | None = None,
     ) -> Iterator[tuple[int, int, FloatArray]]:
         """``(start, end, audio)`` of each window.
 
@@ -231,7 +253,7 @@ class Synthesizer:
         flow, fctx = self.engines.flow, self.flow_context
         frames: FloatArray | None = latents if flow is None else None
         done = total if flow is None else 0
-        for start, end in self.plan(total, schedule):
+        for start, end in self.plan(total, schedule, budget):
             need = min(total, end + vctx.right)
             if flow is not None and fctx is not None and done < need:
                 target = need if done == 0 else min(total, max(need, done + FLOW_CHUNK))
@@ -251,8 +273,10 @@ class Synthesizer:
         text: str,
         params: SynthesisParams | None = None,
         schedule: WindowSchedule | None = None,
+        budget: Budget | None = None,
     ) -> Iterator[AudioChunk]:
-        """PCM16 chunks of ``text`` as soon as each window is computed."""
+        """PCM16 chunks of ``text`` as soon as each window is computed (``budget``: see
+        ``WindowSchedule.windows``)."""
         params = params or SynthesisParams()
         sentences = self.sentences(text)
         silence = np.zeros(round(params.sentence_silence * self.sample_rate), np.int16)
@@ -263,7 +287,7 @@ class Synthesizer:
             latents = self.latents(sentence.ids, params)
             total = latents.shape[2]
             # no look-ahead: each window is sent as soon as it is computed
-            for _, end, audio in self._windows(latents, schedule):
+            for _, end, audio in self._windows(latents, schedule, budget):
                 pcm = to_pcm16(audio)
                 sentence_end = end == total
                 if sentence_end and not last_sentence and len(silence):

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ttsvc.backends.onnxruntime import load_engine_set
-from ttsvc.compile.build import CompileOptions, compile_voice, default_checkpoint
+from ttsvc.compile.build import (
+    CONTEXT_MARGIN,
+    FLOAT_NOISE,
+    CompileOptions,
+    calibrate_context,
+    compile_voice,
+    default_checkpoint,
+    window_error,
+)
 from ttsvc.errors import BackendUnavailable, InvalidParameter
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.repository.manifest import load_manifest, sha256_file
@@ -83,3 +92,40 @@ def test_second_compile_is_a_new_version_at_the_decoder_split(tmp_path: Path) ->
     latents = synth.latents(sentence.ids, params)
     streamed = np.concatenate(list(synth.windows(latents, WindowSchedule(4, 2.0, 32))))
     assert np.max(np.abs(streamed - synth.one_shot(sentence.ids, params))) <= 1e-3
+
+
+def _convolution(kernel: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """A frame-local stage: the same zero-padded convolution along time on every channel."""
+
+    half = (len(kernel) - 1) // 2
+
+    def stage(x: np.ndarray) -> np.ndarray:
+        rows = [np.convolve(row, kernel)[half : half + len(row)] for row in x[0]]
+        return np.stack(rows)[None]
+
+    return stage
+
+
+def _calibration_inputs() -> list[np.ndarray]:
+    rng = np.random.default_rng(5)
+    return [rng.standard_normal((1, 3, n)).astype(np.float64) for n in (150, 230)]
+
+
+def test_an_exact_receptive_field_gets_no_margin() -> None:
+    # a 9-tap kernel reaches 4 frames each way: 4 frames of context reproduce it exactly
+    ctx = calibrate_context(_convolution(np.ones(9) / 9), _calibration_inputs(), 1)
+    assert (ctx.left, ctx.right) == (4, 4)
+    assert ctx.max_abs_error <= FLOAT_NOISE
+
+
+def test_a_converging_stage_gets_the_margin() -> None:
+    # a slowly decaying kernel never becomes exact: the least context meeting the tolerance
+    # would fit the calibration inputs only, so the margin is added on each side
+    taps = np.exp(-np.abs(np.arange(-60, 61)) / 2.5)
+    stage = _convolution(taps / taps.sum())
+    ctx = calibrate_context(stage, _calibration_inputs(), 1, tolerance=1e-5)
+    least = calibrate_context(stage, _calibration_inputs(), 1, tolerance=1e-5 * 8)
+    assert ctx.max_abs_error <= 1e-5
+    assert window_error(stage, _calibration_inputs(), 1, ctx.left - CONTEXT_MARGIN,
+                                      ctx.right - CONTEXT_MARGIN) > FLOAT_NOISE  # fmt: skip
+    assert ctx.left >= least.left and ctx.right >= least.right

@@ -154,7 +154,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         spec = WorkerSpec(
             await swapper.initial(),
             settings.threads,
-            (settings.first_window_frames, settings.window_growth, settings.max_window_frames),
+            settings.schedule(),
             settings.max_sentence_chars,
             settings.multiplex,
             settings.log_level,

@@ -35,6 +35,7 @@ from ttsvc.protocol import (
     ToWorker,
     WorkerReady,
 )
+from ttsvc.synthesis import WindowSchedule
 from ttsvc.worker.process import run_worker
 
 log = get_logger("pool")
@@ -48,7 +49,7 @@ class WorkerSpec:
     engine: EngineSpec
     """The engines a new or respawned worker loads: always the last good ones."""
     threads: int
-    schedule: tuple[int, float, int]
+    schedule: WindowSchedule
     max_sentence_chars: int
     multiplex: bool = True
     log_level: str = "info"

@@ -11,7 +11,7 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -70,11 +70,18 @@ class Manifest(BaseModel):
 
 def sha256_file(path: Path) -> str:
     """Hash a file in chunks so large engines do not need to fit in memory twice."""
-    digest = hashlib.sha256()
     with path.open("rb") as fh:
-        while block := fh.read(_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
+        return _digest(fh)[0]
+
+
+def _digest(handle: BinaryIO) -> tuple[str, int]:
+    """sha256 hex and byte count of what is left in ``handle``, read in chunks."""
+    digest = hashlib.sha256()
+    count = 0
+    while block := handle.read(_CHUNK):
+        digest.update(block)
+        count += len(block)
+    return digest.hexdigest(), count
 
 
 def file_entry(path: Path) -> FileEntry:
@@ -116,38 +123,46 @@ def load_manifest(directory: Path) -> Manifest:
         raise EngineError(f"{path}: unreadable manifest: {exc}") from exc
 
 
-def read_verified(directory: Path, manifest: Manifest, name: str) -> bytes:
-    """Read one listed file and check it against the manifest; the bytes are what gets parsed.
-
-    Reading once and parsing the same bytes means nothing can change between check and use.
-    """
+def open_verified(directory: Path, manifest: Manifest, name: str) -> BinaryIO:
+    """Open one listed file checked against the manifest; parse from the handle returned."""
     entry = manifest.files.get(name)
     path = directory / name
     if entry is None:
         raise EngineIntegrityError(f"{path}: not listed in {MANIFEST_NAME}")
-    return read_checked(path, entry.sha256, entry.size)
+    return open_checked(path, entry.sha256, entry.size)
 
 
-def read_checked(path: Path, sha256: str, size: int | None = None) -> bytes:
-    """Read a file and check its size (when known) and sha256, naming it on a mismatch."""
+def open_checked(path: Path, sha256: str, size: int | None = None) -> BinaryIO:
+    """Open a file, check its size (when known) and sha256 through that handle, and return the
+    handle at offset 0, naming the file on a mismatch.
+
+    Whatever is parsed from the handle is the content that was hashed: a rename over the path
+    afterwards does not reach a file already open. Parsing from the handle (its ``/proc/self/fd``
+    path) instead of from a bytes copy keeps one less copy of every engine in a worker's memory.
+    """
     try:
-        actual = path.stat().st_size
+        handle = path.open("rb")
     except FileNotFoundError as exc:
         raise EngineIntegrityError(f"{path}: missing") from exc
-    if size is not None and actual != size:  # free, and catches a copy still in progress
-        raise EngineIntegrityError(
-            f"{path}: size {actual} bytes, manifest says {size} (truncated or replaced)"
-        )
-    data = path.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != sha256 or (size is not None and len(data) != size):
-        raise EngineIntegrityError(
-            f"{path}: sha256 {digest[:12]}… does not match the expected {sha256[:12]}…"
-        )
-    return data
+    try:
+        actual = os.fstat(handle.fileno()).st_size
+        if size is not None and actual != size:  # free, and catches a copy still in progress
+            raise EngineIntegrityError(
+                f"{path}: size {actual} bytes, manifest says {size} (truncated or replaced)"
+            )
+        digest, count = _digest(handle)
+        if digest != sha256 or (size is not None and count != size):
+            raise EngineIntegrityError(
+                f"{path}: sha256 {digest[:12]}… does not match the expected {sha256[:12]}…"
+            )
+        handle.seek(0)
+    except BaseException:
+        handle.close()
+        raise
+    return handle
 
 
 def verify_files(directory: Path, manifest: Manifest) -> None:
     """Check every listed file's size and sha256 without parsing any of them."""
     for name in manifest.files:
-        read_verified(directory, manifest, name)
+        open_verified(directory, manifest, name).close()

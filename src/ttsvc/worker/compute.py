@@ -78,6 +78,26 @@ class StreamScheduler:
         assert stream.first_sent_at is not None
         return stream.first_sent_at + stream.samples_sent / stream.synth.sample_rate
 
+    def _budget(self, stream: _Stream) -> float | None:
+        """How long ``stream``'s next window may compute: a share of the audio the most pressed
+        other stream still has buffered, so that one's next window runs before it goes dry.
+
+        Streams already dry are left out: they have an underrun whatever happens, and shrinking
+        windows for them would only pay the vocoder's context again and again. That keeps
+        windows large in overload (throughput) and small enough under moderate load (no gaps).
+        """
+        now = time.monotonic()
+        slack = [
+            self._deadline(other) - now
+            for other in self.streams.values()
+            if other is not stream and other.first_sent_at is not None
+        ]
+        ahead = [s for s in slack if s > 0]
+        share = stream.synth.schedule.budget_share
+        if not self.multiplex or not ahead or share <= 0:
+            return None
+        return share * min(ahead)
+
     def _start(self, stream: _Stream) -> Iterator[AudioChunk]:
         """Run the front end lazily, inside the stream's first step (its errors are its own)."""
         job = stream.job
@@ -90,7 +110,7 @@ class StreamScheduler:
         rate = stream.synth.sample_rate
         if job.sample_rate is not None and job.sample_rate != rate:
             stream.resampler = StreamResampler(rate, job.sample_rate)
-        return stream.synth.stream(job.text, params)
+        return stream.synth.stream(job.text, params, budget=lambda: self._budget(stream))
 
     def step(self, send: Callable[[FromWorker], None]) -> None:
         """Advance one stream by one window and send what it produced."""

@@ -38,14 +38,14 @@ STAGING_POLL_S = 0.05
 """How long an idle worker waits on its pipe before looking for a staged engine set."""
 
 
-def _load(spec: EngineSpec, threads: int, schedule: tuple[int, float, int],
+def _load(spec: EngineSpec, threads: int, schedule: WindowSchedule,
           max_sentence_chars: int, frame_cost_s: float = 0.0) -> Synthesizer:  # fmt: skip
     """Load, warm up and calibrate an engine set; raise if its canary fails.
 
     A swap passes the serving engines' measured cost per frame: the new set runs the same
     architecture on the same machine, and measuring again would compete with live streams.
     """
-    synth = Synthesizer(load_engine_spec(spec, threads), WindowSchedule(*schedule),
+    synth = Synthesizer(load_engine_spec(spec, threads), schedule,
                         max_sentence_chars)  # fmt: skip
     failure = canary_failure(synth)  # also the warm-up: first runs allocate
     if failure is not None:
@@ -61,7 +61,7 @@ def run_worker(
     worker_id: int,
     spec: EngineSpec,
     threads: int,
-    schedule: tuple[int, float, int],
+    schedule: WindowSchedule,
     max_sentence_chars: int,
     multiplex: bool,
     conn: Connection,

@@ -1,0 +1,646 @@
+"""The seed's benchmark, side by side: ttsvc, Piper's own HTTP server and a load-per-request
+baseline, on the same voice, texts and machine, in one run.
+
+Why this exists: users pick a TTS server on first-packet latency, tail latency and throughput
+under concurrency, and the seed article published such figures (first packet 30 ms, P99 55 ms,
+380 QPS on 8 GPU-backed cores) without a peer measured beside them. This script follows the
+seed's method (texts of 20-60 characters drawn uniformly from a corpus, a closed-loop
+concurrency ramp) and adds an open-loop mode (Poisson arrivals) that finds the highest request
+rate each server sustains within the SLO. Every system runs on loopback on this machine; the
+systems take turns at each level, in a rotating order, over several rounds, so drift on a shared
+machine lands on all of them alike, and the CPU used by other tenants is recorded per level.
+
+Systems (each skipped with a note where it cannot start):
+
+* ``ttsvc``: ``ttsvc serve`` as an operator runs it (gateway + worker processes).
+* ``piper``: ``python -m piper.http_server`` (the ``piper-tts`` package, Flask) with the same
+  voice file; it answers a whole WAV.
+* ``traditional``: ``baselines/traditional_server.py``: loads the model in every request and
+  answers a whole WAV. Capped at ``--traditional-max-level`` clients (each request holds a fresh
+  model session in memory).
+
+Outputs: a markdown table on stdout, ``results/seed_bench.json`` (every request),
+``results/seed_bench.png`` (TTFA and throughput versus concurrency, all systems on one chart) and
+``results/seed_bench.md`` (machine, versions, date, headline table, targets met or missed).
+
+Run from the repository root, with ``pip install -e '.[test,bench]'``::
+
+    python benchmarks/seed_bench.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench_common import (
+    DEFAULT_CORPUS,
+    DEFAULT_ENGINES,
+    HERE,
+    HOST,
+    SERVER_LOG_DIR,
+    Server,
+    clean,
+    fmt,
+    free_port,
+    load_corpus,
+    log_tail,
+    machine_info,
+    ratio,
+    relative,
+    utc_timestamp,
+    write_atomic,
+)
+from loadgen import (
+    LevelRun,
+    Record,
+    ResourceMonitor,
+    closed_loop,
+    finite,
+    meets_slo,
+    one_request,
+    open_loop,
+    poisson_arrivals,
+    summarize_records,
+    text_draw,
+    usage_figures,
+)
+from ttsvc.compile.build import default_checkpoint, ensure_default_voice
+
+RESULTS = HERE / "results"
+DEFAULT_JSON = RESULTS / "seed_bench.json"
+READY_TIMEOUT_S = 180.0
+DET = {"noise_scale": 0.0, "noise_w": 0.0}
+"""Deterministic synthesis on every system: same texts, same scales, same amount of work."""
+
+SLO_TTFA_P99_MS = 150.0
+"""The open-loop SLO: TTFA p99 within the concurrency-16 target, and at most 1 % errors."""
+SLO_MAX_ERROR_SHARE = 0.01
+
+TARGETS = {
+    "c1_ttfa_p50_ms": ("TTFA p50 at concurrency 1", 30.0, "ms", "max"),
+    "c1_ttfa_p99_ms": ("TTFA p99 at concurrency 1", 55.0, "ms", "max"),
+    "saturation_audio_s_per_s": ("Throughput at saturation", 30.0, "audio-s/s", "min"),
+    "c16_ttfa_p99_ms": ("TTFA p99 at concurrency 16", 150.0, "ms", "max"),
+    "realtime_streams": ("Concurrent real-time streams without underrun", 24.0, "streams", "min"),
+    "c32_rss_gib": ("RSS of the whole service at concurrency 32", 0.8, "GiB", "max"),
+}
+"""The issue's pass lines on this 2-core machine: key -> (label, limit, unit, max/min)."""
+
+UNDERRUN_TOLERANCE = 0.01
+"""A level counts as "without underrun" when at most 1 % of its streams had one and none failed:
+one host hiccup in a few hundred streams should not decide the figure."""
+
+
+# --------------------------------------------------------------------------- systems
+
+
+@dataclass
+class System:
+    """One server under test: how it is started, where it synthesizes, and its process."""
+
+    name: str
+    argv: list[str]
+    path: str
+    health: str
+    port: int
+    log: Path
+    payload: Callable[[str], dict[str, Any]]
+    max_level: int | None = None
+    extra_args: list[str] = field(default_factory=list)
+    """``ttsvc serve`` flags of this system (the shared ``--ttsvc-args`` plus its variant's)."""
+    proc: subprocess.Popen[bytes] | None = None
+    server: Server | None = None
+    ready_s: float | None = None
+    note: str = ""
+
+    @property
+    def url(self) -> str:
+        """The synthesis URL on loopback."""
+        return f"http://{HOST}:{self.port}{self.path}"
+
+    @property
+    def pid(self) -> int:
+        """The server's root process."""
+        proc = self.server.proc if self.server else self.proc
+        assert proc is not None
+        return proc.pid
+
+    def start(self, engines_dir: Path, workers: int) -> None:
+        """Start the server process, its output in ``log``."""
+        if self.name.startswith("ttsvc"):
+            self.server = Server(engines_dir, workers, self.log, port=self.port,
+                                 extra_args=self.extra_args)  # fmt: skip
+            self.argv = self.server.argv
+            return
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def wait_ready(self) -> None:
+        """Poll the health URL until it answers 200; a process that dies is reported at once."""
+        proc = self.server.proc if self.server else self.proc
+        assert proc is not None
+        started = time.perf_counter()
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            while time.perf_counter() - started < READY_TIMEOUT_S:
+                try:
+                    if client.get(f"http://{HOST}:{self.port}{self.health}").status_code == 200:
+                        self.ready_s = time.perf_counter() - started
+                        return
+                except httpx.HTTPError:
+                    pass
+                try:
+                    code = proc.wait(timeout=0.2)
+                except subprocess.TimeoutExpired:
+                    continue
+                raise RuntimeError(f"{self.name} exited with {code}:\n{log_tail(self.log)}")
+        raise RuntimeError(f"{self.name} not ready in {READY_TIMEOUT_S:.0f} s")
+
+    def stop(self) -> None:
+        """SIGTERM, then kill if it lingers."""
+        if self.server is not None:
+            self.server.stop()
+            return
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def make_systems(args: argparse.Namespace) -> tuple[list[System], list[str]]:
+    """The systems asked for that can run here, and a note for each one left out."""
+    model, _config = default_checkpoint()
+    wanted = [s.strip() for s in args.systems.split(",") if s.strip()]
+    systems: list[System] = []
+    notes: list[str] = []
+    variants = dict(v.split("=", 1) for v in args.variant)
+    for name in wanted:
+        port = free_port()
+        log = SERVER_LOG_DIR / f"seed_bench_{name.replace(':', '_')}.log"
+        if name == "ttsvc" or name.startswith("ttsvc:"):
+            label = name.partition(":")[2]
+            if label and label not in variants:
+                raise SystemExit(f"--systems: {name}: no --variant {label}=...")
+            # each ttsvc gets its own metrics port, so variants can run side by side
+            extra = ["--metrics-port", str(free_port()), *args.ttsvc_args.split(),
+                     *variants.get(label, "").split()]  # fmt: skip
+            systems.append(System(name, [], "/synthesize", "/health", port, log,
+                                  lambda t: {"text": t, **DET}, extra_args=extra))  # fmt: skip
+        elif name == "piper":
+            if not all(importlib.util.find_spec(m) for m in ("piper", "flask")):
+                notes.append("piper: piper-tts or flask not installed (pip install -e '.[bench]')")
+                continue
+            argv = [sys.executable, "-m", "piper.http_server", "-m", str(model),
+                    "--host", HOST, "--port", str(port)]  # fmt: skip
+            systems.append(System(name, argv, "/synthesize", "/info", port, log,
+                                  lambda t: {"text": t, "noise_scale": 0.0,
+                                             "noise_w_scale": 0.0}))  # fmt: skip
+        elif name == "traditional":
+            argv = [sys.executable, str(HERE / "baselines" / "traditional_server.py"),
+                    "--host", HOST, "--port", str(port)]  # fmt: skip
+            systems.append(System(name, argv, "/synthesize", "/health", port, log,
+                                  lambda t: {"text": t, **DET},
+                                  max_level=args.traditional_max_level))  # fmt: skip
+        else:
+            raise SystemExit(f"--systems: unknown system {name!r}")
+    return systems, notes
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+async def measure(
+    system: System,
+    client: httpx.AsyncClient,
+    corpus: Sequence[str],
+    texts: Sequence[int],
+    kind: str,
+    level: float,
+    round_no: int,
+    args: argparse.Namespace,
+) -> LevelRun:
+    """One closed-loop level or one open-loop rate against one system, with its resource use."""
+
+    def make(index: int) -> Record:
+        tid = texts[index % len(texts)]
+        return Record(system.name, int(level) if kind == "closed" else 0, index, tid,
+                      len(corpus[tid]))  # fmt: skip
+
+    async def send(index: int, rec: Record) -> None:
+        await one_request(client, system.url, system.payload(corpus[rec.text_index]), rec)
+
+    monitor = ResourceMonitor(system.pid)
+    monitor.start()
+    try:
+        if kind == "closed":
+            c = int(level)
+            planned = max(args.min_requests, args.requests_per_client * c)
+            records, wall, hit = await closed_loop(send, make, c, planned, args.max_seconds)
+        else:
+            arrivals = poisson_arrivals(level, args.open_seconds, args.seed + int(level * 1000))
+            records, wall = await open_loop(send, make, arrivals)
+            hit = False
+    finally:
+        usage = monitor.stop()
+    run = LevelRun(system.name, kind, level, round_no, wall, hit, records,
+                   usage_figures(usage, wall))  # fmt: skip
+    s = run.summary()
+    others = s["others_cores"]
+    print(
+        f"  {system.name:12s} {kind} {level:>5g}: {s['ok']}/{s['sent']} ok, "
+        f"TTFA p50 {fmt(s['ttfa_p50_ms'])} p99 {fmt(s['ttfa_p99_ms'])} ms, "
+        f"{fmt(s['audio_s_per_s'], 1)} audio-s/s, "
+        f"underrun {fmt(100 * (s['underrun_share'] or 0))}%,"
+        f" server {fmt(s['server_cores'], 2)} cores, others {fmt(others, 2)}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return run
+
+
+async def warm_up(system: System, client: httpx.AsyncClient, corpus: Sequence[str]) -> None:
+    """A few unmeasured requests (one-off costs: arenas, kernel choice, connections)."""
+    recs = [Record(system.name, 0, i, i, len(corpus[i])) for i in range(4)]
+    await asyncio.gather(*(
+        one_request(client, system.url, system.payload(corpus[r.text_index]), r) for r in recs
+    ))  # fmt: skip
+    bad = [r.error for r in recs if r.error]
+    if bad:
+        raise RuntimeError(f"{system.name}: warm-up failed: {bad}")
+
+
+async def run_all(
+    systems: Sequence[System], corpus: Sequence[str], args: argparse.Namespace
+) -> list[LevelRun]:
+    """The closed-loop ramp (systems rotating at each level, over rounds), then the open loop."""
+    levels = [int(x) for x in args.levels.split(",") if x.strip()]
+    limit = max(levels) + 8
+    limits = httpx.Limits(max_connections=limit * len(systems),
+                          max_keepalive_connections=limit)  # fmt: skip
+    timeout = httpx.Timeout(args.timeout, connect=10.0)
+    runs: list[LevelRun] = []
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+        for system in systems:
+            await warm_up(system, client, corpus)
+        turn = 0
+        for round_no in range(args.rounds):
+            for c in levels:
+                texts = text_draw(len(corpus), 4096, args.seed * 1009 + c)
+                order = [s for s in systems if s.max_level is None or c <= s.max_level]
+                turn += 1
+                order = order[turn % len(order) :] + order[: turn % len(order)] if order else []
+                for system in order:
+                    runs.append(
+                        await measure(system, client, corpus, texts, "closed", c, round_no, args)
+                    )
+        if args.open_steps > 0:
+            runs.extend(await open_search(systems, client, corpus, args))
+    return runs
+
+
+async def open_search(
+    systems: Sequence[System],
+    client: httpx.AsyncClient,
+    corpus: Sequence[str],
+    args: argparse.Namespace,
+) -> list[LevelRun]:
+    """Raise the Poisson rate by ``--open-growth`` per step until a system breaks the SLO.
+
+    Systems take turns at each rate; a system that broke the SLO sits out the higher rates.
+    """
+    candidates = [s for s in systems if s.max_level is None]
+    alive = {s.name for s in candidates}
+    runs: list[LevelRun] = []
+    rate = args.open_start
+    for _step in range(args.open_steps):
+        texts = text_draw(len(corpus), 4096, args.seed + int(rate * 1000))
+        for system in candidates:
+            if system.name not in alive:
+                continue
+            run = await measure(system, client, corpus, texts, "open", round(rate, 2), 0, args)
+            runs.append(run)
+            if not meets_slo(run.summary(), SLO_TTFA_P99_MS, SLO_MAX_ERROR_SHARE):
+                alive.discard(system.name)
+        if not alive:
+            break
+        rate *= args.open_growth
+    return runs
+
+
+# --------------------------------------------------------------------------- results
+
+
+def pooled(runs: Sequence[LevelRun]) -> list[dict[str, Any]]:
+    """One row per (system, kind, level): records of all rounds pooled, usage averaged/peaked."""
+    groups: dict[tuple[str, str, float], list[LevelRun]] = {}
+    for r in runs:
+        groups.setdefault((r.system, r.kind, r.level), []).append(r)
+    rows = []
+    for (system, kind, level), group in groups.items():
+        records = [rec for r in group for rec in r.records]
+        wall = sum(r.wall_s for r in group)
+        row: dict[str, Any] = {"system": system, "kind": kind, "level": level,
+                               "rounds": len(group)}  # fmt: skip
+        row.update(summarize_records(records, wall))
+        for key in ("server_cores", "client_cores", "others_cores"):
+            values = [r.usage[key] for r in group if finite(r.usage.get(key))]
+            row[key] = sum(values) / len(values) if values else None
+        for key in ("peak_rss_mib", "peak_pss_mib"):
+            row[key] = max((r.usage[key] for r in group), default=None)
+        row["ttfa_p99_ms_by_round"] = [r.summary()["ttfa_p99_ms"] for r in group]
+        rows.append(row)
+    rows.sort(key=lambda r: (r["kind"], r["system"], r["level"]))
+    return rows
+
+
+def headline(rows: Sequence[dict[str, Any]], system: str) -> dict[str, Any]:
+    """The issue's figures for one system (None where its run does not reach a level)."""
+    closed = {r["level"]: r for r in rows if r["system"] == system and r["kind"] == "closed"}
+    opened = [r for r in rows if r["system"] == system and r["kind"] == "open"]
+
+    def at(level: int, key: str) -> Any:
+        return closed[level][key] if level in closed else None
+
+    realtime = 0
+    for c in sorted(closed):
+        r = closed[c]
+        share = r["underrun_share"]
+        if r["errors"] == 0 and share is not None and share <= UNDERRUN_TOLERANCE:
+            realtime = int(c)
+        else:
+            break
+    best_open = max(
+        (r["level"] for r in opened if meets_slo(r, SLO_TTFA_P99_MS, SLO_MAX_ERROR_SHARE)),
+        default=None,
+    )
+    rss32 = at(32, "peak_rss_mib")
+    saturation = max((r["audio_s_per_s"] for r in closed.values()), default=None)
+    qps = max((r["qps"] for r in closed.values()), default=None)
+    return {
+        "system": system,
+        "c1_ttfa_p50_ms": at(1, "ttfa_p50_ms"),
+        "c1_ttfa_p99_ms": at(1, "ttfa_p99_ms"),
+        "saturation_audio_s_per_s": saturation,
+        "saturation_qps": qps,
+        "c16_ttfa_p99_ms": at(16, "ttfa_p99_ms"),
+        "realtime_streams": realtime if closed else None,
+        "c32_rss_gib": None if rss32 is None else rss32 / 1024,
+        "c32_pss_gib": None if at(32, "peak_pss_mib") is None else at(32, "peak_pss_mib") / 1024,
+        "open_loop_max_qps_in_slo": best_open,
+    }
+
+
+def verdicts(head: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target: met or missed, and the gap (value minus limit, in the target's unit)."""
+    out = []
+    for key, (label, limit, unit, sense) in TARGETS.items():
+        value = head.get(key)
+        if value is None:
+            verdict, gap = "not measured", None
+        else:
+            ok = value <= limit if sense == "max" else value >= limit
+            verdict, gap = ("met" if ok else "missed"), value - limit
+        out.append({"key": key, "target": label, "limit": limit, "unit": unit, "sense": sense,
+                    "value": value, "verdict": verdict, "gap": gap})  # fmt: skip
+    return out
+
+
+def level_table(rows: Sequence[dict[str, Any]], kind: str) -> str:
+    """Markdown table of every system at every level of one kind."""
+    head = (
+        f"| system | {'c' if kind == 'closed' else 'rate QPS'} | ok/sent | QPS | TTFA p50 | p95 | "
+        "p99 ms | latency p50 | p99 ms | audio-s/s | underrun % | server cores | others cores "
+        "| RSS MiB | PSS MiB | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+        "|---:|---:|---:|---:|---|"
+    )
+    lines = [head]
+    for r in rows:
+        if r["kind"] != kind:
+            continue
+        errors = ", ".join(f"{k}×{v}" for k, v in sorted(r["errors_by_kind"].items())) or "0"
+        share = r["underrun_share"]
+        lines.append(
+            f"| {r['system']} | {r['level']:g} | {r['ok']}/{r['sent']} | {fmt(r['qps'], 1)} | "
+            f"{fmt(r['ttfa_p50_ms'])} | {fmt(r['ttfa_p95_ms'])} | {fmt(r['ttfa_p99_ms'])} | "
+            f"{fmt(r['latency_p50_ms'])} | {fmt(r['latency_p99_ms'])} | "
+            f"{fmt(r['audio_s_per_s'], 1)} | {fmt(None if share is None else 100 * share)} | "
+            f"{fmt(r['server_cores'], 2)} | {fmt(r['others_cores'], 2)} | "
+            f"{fmt(r['peak_rss_mib'], 0)} | {fmt(r['peak_pss_mib'], 0)} | {errors} |"
+        )
+    return "\n".join(lines)
+
+
+def headline_table(heads: Sequence[dict[str, Any]]) -> str:
+    """The issue's table: each system's figure per target, ttsvc's verdict and ratios."""
+    names = [h["system"] for h in heads]
+    ours = next((h for h in heads if h["system"] == "ttsvc"), None)
+    cols = " | ".join(names)
+    lines = [f"| figure | {cols} | target | ttsvc | " + " | ".join(
+        f"ttsvc / {n}" for n in names if n != "ttsvc") + " |"]  # fmt: skip
+    lines.append("|---|" + "---:|" * (len(names) + 2) + "---:|" * (len(names) - 1))
+    for key, (label, limit, unit, sense) in TARGETS.items():
+        cells = [fmt(h.get(key), 2 if unit == "GiB" else 1) for h in heads]
+        verdict = next((v for v in verdicts(ours) if v["key"] == key), None) if ours else None
+        mark = "–" if verdict is None else verdict["verdict"]
+        ratios = [fmt(ratio(ours.get(key), h.get(key)) if ours else None, 2)
+                  for h in heads if h["system"] != "ttsvc"]  # fmt: skip
+        sign = "≤" if sense == "max" else "≥"
+        lines.append(f"| {label} ({unit}) | " + " | ".join(cells)
+                     + f" | {sign} {limit:g} | {mark} | " + " | ".join(ratios) + " |")  # fmt: skip
+    extra = " | ".join(fmt(h.get("open_loop_max_qps_in_slo"), 1) for h in heads)
+    lines.append(f"| Highest Poisson rate within the SLO (QPS) | {extra} | | | "
+                 + " | ".join("" for n in names if n != "ttsvc") + " |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> bool:
+    """TTFA p50/p99 and throughput versus concurrency, every system on the same axes."""
+    try:
+        import matplotlib  # noqa: PLC0415 - the bench extra; plotting is optional
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415 - after choosing the Agg backend
+    except ImportError:
+        return False
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    colors: dict[str, str | None] = {"ttsvc": "tab:blue", "piper": "tab:orange",
+                                     "traditional": "tab:gray"}  # fmt: skip
+    for system in sorted({r["system"] for r in rows}):
+        mine = sorted((r for r in rows if r["system"] == system and r["kind"] == "closed"),
+                      key=lambda r: r["level"])  # fmt: skip
+        if not mine:
+            continue
+        xs = [r["level"] for r in mine]
+        color = colors.get(system)
+        ax1.plot(xs, [r["ttfa_p50_ms"] for r in mine], "o-", color=color, label=f"{system} p50")
+        ax1.plot(xs, [r["ttfa_p99_ms"] for r in mine], "s--", color=color, label=f"{system} p99")
+        ax2.plot(xs, [r["audio_s_per_s"] for r in mine], "o-", color=color, label=system)
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent clients (closed loop)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    ax1.set_yscale("log")
+    ax1.set_ylabel("time to first audio (ms)")
+    ax1.axhline(SLO_TTFA_P99_MS, color="red", lw=0.8, ls=":")
+    ax1.set_title("TTFA p50 (solid) and p99 (dashed)")
+    ax2.set_ylabel("audio seconds per second")
+    ax2.set_title("Throughput")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def versions() -> dict[str, str]:
+    """Versions of everything the figures depend on (missing packages are left out)."""
+    out = {}
+    for name in ("ttsvc", "onnxruntime", "numpy", "piper-tts", "flask", "uvicorn", "httpx"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    """Flags; the defaults finish in about 12 minutes on a 2-core machine."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--systems", default="ttsvc,piper,traditional")
+    p.add_argument("--levels", default="1,2,4,8,16,24,32,64",
+                   help="closed-loop concurrency ramp")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=2, help="passes over the ramp (alternating)")
+    p.add_argument("--max-seconds", type=float, default=6.0, help="time budget per level")
+    p.add_argument("--min-requests", type=int, default=40)
+    p.add_argument("--requests-per-client", type=int, default=6)
+    p.add_argument("--traditional-max-level", type=int, default=8)
+    p.add_argument("--open-start", type=float, default=2.0, help="first Poisson rate, QPS")
+    p.add_argument("--open-growth", type=float, default=1.5)
+    p.add_argument("--open-steps", type=int, default=7)
+    p.add_argument("--open-seconds", type=float, default=8.0)
+    p.add_argument("--workers", type=int, default=2, help="ttsvc worker processes")
+    p.add_argument("--ttsvc-args", default="--max-streams-per-worker 40",
+                   help="extra `ttsvc serve` flags (default: a slot per client)")  # fmt: skip
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+                   help="a ttsvc variant, run as system ttsvc:NAME")  # fmt: skip
+    p.add_argument("--engines-dir", type=Path, default=DEFAULT_ENGINES)
+    p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    p.add_argument("--plot", type=Path, default=RESULTS / "seed_bench.png")
+    p.add_argument("--summary", type=Path, default=RESULTS / "seed_bench.md")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Start the systems, run the ramp and the open loop, print and write the results."""
+    args = build_arg_parser().parse_args(argv)
+    if args.rounds < 1 or args.max_seconds <= 0 or args.open_growth <= 1:
+        raise SystemExit("--rounds ≥ 1, --max-seconds > 0 and --open-growth > 1, please")
+    corpus = load_corpus(args.corpus)
+    started = time.perf_counter()
+    date = utc_timestamp()
+    info = machine_info(versions())
+    ensure_default_voice(Path(args.engines_dir), lambda m: print(m, file=sys.stderr))
+    systems, notes = make_systems(args)
+    for note in notes:
+        print(f"skipped {note}", file=sys.stderr)
+    runs: list[LevelRun] = []
+    try:
+        for system in systems:
+            system.start(Path(args.engines_dir).resolve(), args.workers)
+        for system in systems:
+            system.wait_ready()
+            print(f"{system.name} ready in {system.ready_s:.1f} s on :{system.port}",
+                  file=sys.stderr)  # fmt: skip
+        runs = asyncio.run(run_all(systems, corpus, args))
+    finally:
+        for system in systems:
+            system.stop()
+    rows = pooled(runs)
+    heads = [headline(rows, s.name) for s in systems]
+    ours = next((h for h in heads if h["system"] == "ttsvc"), None)
+    elapsed = time.perf_counter() - started
+    cpu = info.get("cpu_model") or info.get("processor") or info.get("machine")
+    vers = ", ".join(f"{k} {v}" for k, v in info.items()
+                     if k in versions())  # fmt: skip
+    title = f"{cpu} × {info['cpu_count']} CPUs, Python {info['python']}, {vers}, {date[:10]}"
+    others = [r["others_cores"] for r in rows if finite(r.get("others_cores"))]
+    busy_note = (f"Other tenants used {fmt(max(others), 2)} cores at most "
+                 f"(median {fmt(sorted(others)[len(others) // 2], 2)}) during the levels."
+                 if others else "")  # fmt: skip
+
+    text = [
+        "# Seed benchmark: ttsvc vs Piper's HTTP server vs a load-per-request server",
+        "",
+        f"Machine: {cpu}, {info['cpu_count']} CPUs, {info['platform']}. Python {info['python']}; "
+        f"{vers}. Date {date}. Run time {elapsed / 60:.1f} min. {busy_note}",
+        "",
+        f"Method: texts of 20–60 characters drawn uniformly from `{relative(args.corpus)}`; "
+        f"closed-loop ramp {args.levels} over {args.rounds} rounds (systems alternate at each "
+        f"level, records pooled); open loop from {args.open_start:g} QPS ×{args.open_growth:g} "
+        f"per step, {args.open_seconds:g} s each, SLO TTFA p99 ≤ {SLO_TTFA_P99_MS:g} ms with ≤ "
+        f"{100 * SLO_MAX_ERROR_SHARE:g} % errors. ttsvc: `ttsvc serve --workers {args.workers} "
+        f"{args.ttsvc_args}`. TTFA is the first audio byte after the WAV header; underruns are "
+        "counted for a client that plays from its first byte in real time.",
+        "",
+        "## Headline",
+        "",
+        headline_table(heads),
+        "",
+    ]
+    if notes:
+        text += ["Not run: " + "; ".join(notes), ""]
+    text += ["## Closed loop", "", level_table(rows, "closed"), ""]
+    if any(r["kind"] == "open" for r in rows):
+        text += ["## Open loop (Poisson arrivals)", "", level_table(rows, "open"), ""]
+    if plot(rows, Path(args.plot), title):
+        text += [f"![TTFA and throughput]({Path(args.plot).name})", ""]
+    summary = "\n".join(text)
+    print(summary)
+    write_atomic(Path(args.summary), summary)
+    payload = {
+        "benchmark": "seed_bench",
+        "date": date,
+        "machine": info,
+        "elapsed_s": elapsed,
+        "settings": {k: (relative(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "slo": {"ttfa_p99_ms": SLO_TTFA_P99_MS, "max_error_share": SLO_MAX_ERROR_SHARE},
+        "systems": [{"name": s.name, "argv": [relative(Path(a)) if "/" in a else a
+                                              for a in s.argv[1:]],
+                     "ready_s": s.ready_s, "log": relative(s.log)} for s in systems],
+        "skipped": notes,
+        "headline": heads,
+        "targets": verdicts(ours) if ours else [],
+        "levels": rows,
+        "runs": [{k: v for k, v in r.summary().items()} for r in runs],
+        "records": [asdict(rec) | {"kind": r.kind, "round": r.round}
+                    for r in runs for rec in r.records],
+    }  # fmt: skip
+    write_atomic(Path(args.json), json.dumps(clean(payload), indent=1, allow_nan=False) + "\n")
+    print(f"\nwrote {relative(Path(args.json))}, {relative(Path(args.summary))}, "
+          f"{relative(Path(args.plot))} in {elapsed / 60:.1f} min", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The worker's stream scheduler with the real engines: who goes next, how long a window may
+take while other streams are playing, and that multiplexed audio is still exact."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ttsvc.backends.base import EngineSet
+from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, SynthesisJob
+from ttsvc.synthesis import SynthesisParams, Synthesizer, WindowSchedule
+from ttsvc.worker.compute import StreamScheduler
+
+TEXT = (
+    "Your order has shipped and will arrive on Thursday between nine and noon; "
+    "reply to this message to change the delivery window."
+)
+
+
+def job(uid: str, text: str = TEXT) -> SynthesisJob:
+    return SynthesisJob(uid, text, 1.0, 0.0, 0.0, 0.2)
+
+
+@pytest.fixture(scope="module")
+def calibrated(engine_set: EngineSet) -> Synthesizer:
+    """A synthesizer that knows its cost per frame, as a worker's does (budgets need it)."""
+    synth = Synthesizer(engine_set, WindowSchedule())
+    synth.calibrate()
+    return synth
+
+
+def run(scheduler: StreamScheduler) -> dict[str, list[bytes]]:
+    """Step until every stream is done; the PCM each stream sent, chunk by chunk."""
+    out: dict[str, list[bytes]] = {uid: [] for uid in scheduler.streams}
+    done: list[str] = []
+
+    def send(msg: FromWorker) -> None:
+        if isinstance(msg, AudioChunkMsg):
+            out[msg.uid].append(msg.pcm)
+        elif isinstance(msg, StreamDone):
+            done.append(msg.uid)
+        else:
+            raise AssertionError(f"unexpected {msg}")
+
+    for _ in range(10_000):
+        if not scheduler.streams:
+            break
+        scheduler.step(send)
+    assert sorted(done) == sorted(out)
+    return out
+
+
+def test_a_lone_stream_has_no_budget(calibrated: Synthesizer) -> None:
+    scheduler = StreamScheduler(calibrated)
+    scheduler.add(job("a"))
+    assert scheduler._budget(scheduler.streams["a"]) is None
+
+
+def test_budget_is_a_share_of_the_most_pressed_playing_stream(calibrated: Synthesizer) -> None:
+    scheduler = StreamScheduler(calibrated)
+    for uid in ("a", "b", "c", "fresh"):
+        scheduler.add(job(uid))
+    now = time.monotonic()
+    rate = calibrated.sample_rate
+    b, c = scheduler.streams["b"], scheduler.streams["c"]
+    b.first_sent_at, b.samples_sent = now, rate * 2  # 2 s buffered
+    c.first_sent_at, c.samples_sent = now, rate  # 1 s buffered: the most pressed
+    budget = scheduler._budget(scheduler.streams["a"])
+    assert budget is not None
+    assert 0.45 < budget <= 0.5  # half of c's second, less the time since ``now``
+    c.first_sent_at = now - 5.0  # c ran dry long ago: nothing to save, it no longer counts
+    budget = scheduler._budget(scheduler.streams["a"])
+    assert budget is not None and 0.9 < budget <= 1.0
+
+
+def test_budget_is_off_without_multiplexing_or_with_share_zero(
+    calibrated: Synthesizer, engine_set: EngineSet
+) -> None:
+    off = Synthesizer(engine_set, replace(WindowSchedule(), budget_share=0.0))
+    off.frame_cost_s = calibrated.frame_cost_s
+    for scheduler in (StreamScheduler(calibrated, multiplex=False), StreamScheduler(off)):
+        scheduler.add(job("a"))
+        scheduler.add(job("b"))
+        b = scheduler.streams["b"]
+        b.first_sent_at, b.samples_sent = time.monotonic(), calibrated.sample_rate
+        assert scheduler._budget(scheduler.streams["a"]) is None
+
+
+def test_multiplexed_streams_are_exact_with_and_without_budgets(
+    calibrated: Synthesizer, engine_set: EngineSet
+) -> None:
+    free = Synthesizer(engine_set, replace(WindowSchedule(), budget_share=0.0))
+    free.frame_cost_s = calibrated.frame_cost_s
+    chunks = {}
+    for name, synth in (("budget", calibrated), ("free", free)):
+        scheduler = StreamScheduler(synth)
+        scheduler.add(job("a"))
+        scheduler.add(job("b"))
+        chunks[name] = run(scheduler)
+    whole = calibrated.synthesize(TEXT, SynthesisParams(noise_scale=0.0, noise_w=0.0))
+    for name, streams in chunks.items():
+        for uid, pieces in streams.items():
+            pcm = np.frombuffer(b"".join(pieces), dtype="<i2").astype(np.int32)
+            assert len(pcm) == len(whole), (name, uid)
+            assert np.max(np.abs(pcm - whole.astype(np.int32))) <= 33, (name, uid)
+    # the same audio in more pieces: windows were held to what the other stream had buffered
+    print({k: [len(v) for v in s.values()] for k, s in chunks.items()})
+    assert sum(map(len, chunks["budget"].values())) > sum(map(len, chunks["free"].values()))
