@@ -686,18 +686,26 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
     if pool is None or balancer is None:
         raise Draining("no worker pool")
     request.state.text_len = len(order.text)
+    native = next((w.ready.sample_rate for w in pool.workers.values() if w.ready), 22050)
+    rate = order.sample_rate or native
+    if (why := order.format.rate_error(rate)) is not None:  # e.g. opus at a voice's own rate
+        raise InvalidParameter(why, field="sample_rate")
     key = getattr(request.state, "key", None)
     ticket = None
     if key is not None and not key.quota.unlimited:
         # before the shared slots: a key over its quota never takes one from another key
         ticket = state.limiter.admit(key.name, key.quota, len(order.text), order.speed)
+    encoder: Encoder | None = None
     try:
         if state.inflight >= settings.workers * settings.max_streams_per_worker:
             raise Busy("all stream slots are busy, retry shortly")
+        encoder = Encoder(order.format, rate, streamed=order.stream)
         wid = balancer.pick()  # NoWorkerAvailable is a 503 from the error table
-    except TTSError:
+    except Exception:
         if ticket is not None:
             state.limiter.refund(ticket)  # the service's refusal, not the key's
+        if encoder is not None:
+            _close_later(encoder)
         raise
     qsize = next(w.load for w in balancer.snapshot() if w.id == wid)
     # ids are always ours: a client reusing an id must not reach another request's stream
@@ -709,12 +717,15 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
                        order.sentence_silence, order.sample_rate)  # fmt: skip
     exchange = SynthesisExchange(state, request, pool, wid, job, qsize)
     exchange.ticket = ticket
+    exchange.encoder = encoder
     state.metrics.format_requests.labels(order.format.name, order.api).inc()
-    first = await exchange.first(settings.queue_timeout_s)
+    try:
+        first = await exchange.first(settings.queue_timeout_s)
+    except BaseException:
+        exchange.release_encoder()
+        raise
     balancer.observe(wid, first.compute_s * 1000.0)  # worker-side time: see balancer_sim
 
-    native = next((w.ready.sample_rate for w in pool.workers.values() if w.ready), 22050)
-    rate = order.sample_rate or native
     headers = {
         "X-Request-Id": uid,
         "X-Engine-Version": str(first.engine_version),
@@ -726,7 +737,6 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
     exchange.rate = rate
     exchange.buffered = not order.stream
     exchange.received(first)
-    encoder = exchange.encoder = Encoder(order.format, rate, streamed=order.stream)
 
     if not order.stream:
         try:
