@@ -45,6 +45,14 @@ from ttsvc.errors import (
 )
 from ttsvc.gateway.auth import KeyStore
 from ttsvc.gateway.hotswap import EngineSwapper
+from ttsvc.gateway.openai_compat import (
+    OPENAI_MODELS,
+    OPENAI_RATE,
+    OPENAI_VOICES,
+    SpeechRequest,
+    model_card,
+    openai_error,
+)
 from ttsvc.gateway.ratelimit import KeyRateLimiter, Quota, Ticket
 from ttsvc.observability.logs import get_logger
 from ttsvc.observability.metrics import ServiceMetrics
@@ -69,42 +77,6 @@ class SynthesizeRequest(BaseModel):
     sample_rate: int | None = None
     format: Literal["wav", "pcm", "mulaw", "mp3", "opus", "flac"] = "wav"
     stream: bool = True
-
-
-OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
-"""Model names OpenAI clients send; all are served by the one engine set."""
-OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage",
-                 "shimmer", "verse", "marin", "cedar")  # fmt: skip
-"""OpenAI's voice names: each maps to the configured voice unless ``voice_aliases`` says else."""
-OPENAI_RATE = 24000
-"""OpenAI's audio is 24 kHz (its ``pcm`` is defined so): every format of /v1 is at this rate."""
-OPENAI_MAX_INPUT = 4096
-
-
-class VoiceRef(BaseModel):
-    """OpenAI's custom-voice form, ``{"id": ...}``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-
-
-class SpeechRequest(BaseModel):
-    """Body of ``POST /v1/audio/speech`` (OpenAI's fields and limits; ``stream`` is ours)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: str
-    input: str = Field(max_length=OPENAI_MAX_INPUT)
-    voice: str | VoiceRef
-    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
-    speed: float = Field(1.0, ge=0.25, le=4.0)
-    instructions: str | None = None
-    """Style prompts of OpenAI's newer models; this voice has no style control: ignored."""
-    stream_format: Literal["audio"] = "audio"
-    """OpenAI's ``sse`` (base64 audio events) is not offered: refused with a 422."""
-    stream: bool = True
-    """Ours: ``false`` sends one file with exact sizes (the default streams, as OpenAI does)."""
 
 
 @dataclass(frozen=True)
@@ -171,17 +143,6 @@ def _labels(request: Request) -> dict[str, object]:
             "format": getattr(request.state, "format", None)}  # fmt: skip
 
 
-def _openai_body(body: dict[str, str]) -> dict[str, object]:
-    """OpenAI's error shape for /v1 routes (its SDKs read ``error.message``); ``type`` and
-    ``code`` keep ttsvc's error type, ``param`` the field."""
-    field = body.get("field")
-    param = _OPENAI_FIELDS.get(field, field) if field is not None else None
-    return {"error": {"message": body["error"], "type": body["type"], "param": param,
-                      "code": body["type"]}}  # fmt: skip
-
-
-_OPENAI_FIELDS = {"text": "input", "format": "response_format"}
-"""Fields the shared path names as /synthesize does, under their OpenAI names."""
 
 
 def _error(
@@ -212,7 +173,7 @@ def _error(
         state.complete(fields, status)
         headers = {**(headers or {}), "X-Request-Id": uid}
     if request.url.path.startswith("/v1/"):
-        return JSONResponse(_openai_body(body), status_code=status, headers=headers)
+        return JSONResponse(openai_error(body), status_code=status, headers=headers)
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -383,19 +344,15 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
 
     @app.get("/v1/models", dependencies=guarded)
     async def models() -> dict[str, object]:
-        return {"object": "list", "data": [_model(m) for m in OPENAI_MODELS]}
+        return {"object": "list", "data": [model_card(m) for m in OPENAI_MODELS]}
 
     @app.get("/v1/models/{model_id}", dependencies=guarded)
     async def model(model_id: str) -> dict[str, object]:
         if model_id not in OPENAI_MODELS:
             raise UnknownModel(f"unknown model {model_id!r}", field="model")
-        return _model(model_id)
+        return model_card(model_id)
 
     return app
-
-
-def _model(name: str) -> dict[str, object]:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "ttsvc"}
 
 
 def _rate(fmt: OutputFormat, requested: int | None) -> int | None:
