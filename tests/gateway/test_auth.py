@@ -3,8 +3,11 @@ key file and ``ttsvc keys`` on their own."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import multiprocessing
 import os
+import queue
 import re
 import statistics
 import subprocess
@@ -265,3 +268,53 @@ def test_unsafe_access_settings_are_refused(settings: dict[str, object]) -> None
     with pytest.raises(ValueError):
         Settings(**settings)  # type: ignore[arg-type]
     assert Settings(api_keys_file="").api_keys_file is None  # type: ignore[arg-type]
+
+
+class ObservedKeyStore(KeyStore):
+    """A key store that reports each reload attempt (the watcher reads files in a thread)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, Quota(), polling=True)
+        self.attempts: queue.Queue[bool] = queue.Queue()
+
+    def load(self) -> None:
+        try:
+            super().load()
+        except ValueError:
+            self.attempts.put(False)
+            raise
+        self.attempts.put(True)
+
+
+def test_key_store_reloads_and_keeps_its_keys_when_a_file_does_not_parse(tmp_path: Path) -> None:
+    path = tmp_path / "keys"
+    first = write_keys(path, {"one": {}})["one"]
+    store = ObservedKeyStore(path)
+    store.load()
+    assert store.attempts.get_nowait()
+
+    async def scenario() -> None:
+        watcher = asyncio.create_task(store.watch())
+        try:
+            # the watcher starts in the background with no "ready" signal: edit until it sees one
+            for attempt in range(60):
+                await asyncio.to_thread(path.write_text, f"one not-a-hash # {attempt}\n")
+                with contextlib.suppress(queue.Empty):
+                    assert await asyncio.to_thread(store.attempts.get, True, 1.0) is False
+                    break
+            else:
+                raise AssertionError("the watcher never reloaded the key file")
+            assert store.authenticate(f"Bearer {first}").name == "one"  # old keys still serve
+            fixed = tmp_path / "fixed"
+            second = write_keys(fixed, {"two": {}})["two"]
+            await asyncio.to_thread(fixed.replace, path)  # an atomic rename, as Secrets update
+            while not await asyncio.to_thread(store.attempts.get, True, 30):
+                pass
+            assert store.authenticate(f"Bearer {second}").name == "two"
+            with pytest.raises(Unauthorized):
+                store.authenticate(f"Bearer {first}")
+        finally:
+            store.stop()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+    asyncio.run(scenario())

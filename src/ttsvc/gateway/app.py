@@ -188,7 +188,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
     state.idle.set()
     if settings.api_keys_file is not None:
         default = Quota(settings.default_rpm, settings.default_audio_s_per_min)
-        state.keys = KeyStore(settings.api_keys_file, default)
+        state.keys = KeyStore(settings.api_keys_file, default, polling=settings.watch_polling)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -128,9 +128,11 @@ def append_key(path: Path, line: str) -> None:
 class KeyStore:
     """The keys in force; ``authenticate`` runs on the event loop (one sha256, no IO)."""
 
-    def __init__(self, path: Path, default: Quota) -> None:
+    def __init__(self, path: Path, default: Quota, *, polling: bool = False) -> None:
         self.path = path
         self.default = default
+        self.polling = polling
+        """Poll instead of inotify (``TTSVC_WATCH_POLLING``, for filesystems without events)."""
         self.keys: list[ApiKey] = []
         self._stop = asyncio.Event()
 
@@ -162,7 +164,8 @@ class KeyStore:
     async def watch(self, reloaded: Callable[[set[str]], None] | None = None) -> None:
         """Reload the file whenever its directory changes; a file that does not parse is logged
         and the keys in force stay. ``reloaded`` gets the names now in force."""
-        async for _changes in awatch(self.path.parent, stop_event=self._stop, debounce=50):
+        async for _changes in awatch(self.path.parent, stop_event=self._stop, debounce=50,
+                                     force_polling=self.polling, poll_delay_ms=200):  # fmt: skip
             try:
                 await asyncio.to_thread(self.load)
             except (OSError, ValueError) as exc:
