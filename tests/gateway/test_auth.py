@@ -109,16 +109,32 @@ def test_audio_quota_gives_429_once_spent(server: Server, keys: dict[str, str]) 
     assert int(refused.headers["retry-after"]) >= 30  # over a second of debt at 1 s a minute
 
 
+FLOOD_RATE = 100.0
+"""Requests per second the over-quota key sends: fifty times its two a minute, twenty times the
+other key's rate."""
+
+
 def flood(url: str, key: str, flooding: Event, stop: Event, counts: DictProxy[int, int]) -> None:
-    """An over-quota client sending back to back while ``flooding`` is set (its own process)."""
-    # the flooder stands for a client on another machine; here it shares two cores with the
-    # server, so it runs at the lowest priority: what is measured is the server, not it
-    os.nice(19)
+    """An over-quota client sending ``FLOOD_RATE`` requests a second while ``flooding`` is set.
+
+    Its own process (no GIL shared with the measuring client) and a fixed rate, not back to
+    back: it stands for a client on another machine, and a closed loop here would measure how
+    two cores are shared between the test's client, the gateway and the worker, not the server.
+    """
+    interval = 1.0 / FLOOD_RATE
     with httpx.Client(base_url=url, timeout=60, headers=bearer(key)) as c:
+        due = time.monotonic()
         while not stop.is_set():
-            if flooding.wait(timeout=1.0):
-                code = c.post("/synthesize", json={"text": "Me again."}).status_code
-                counts[code] = counts.get(code, 0) + 1
+            if not flooding.wait(timeout=1.0):
+                due = time.monotonic()
+                continue
+            code = c.post("/synthesize", json={"text": "Me again."}).status_code
+            counts[code] = counts.get(code, 0) + 1
+            due += interval
+            if (ahead := due - time.monotonic()) > 0:
+                stop.wait(ahead)  # pacing the load, not synchronising with anything
+            else:
+                due = time.monotonic()  # behind: go on at the rate, without a burst
 
 
 def test_a_flooding_key_does_not_slow_another(server: Server, keys: dict[str, str]) -> None:
@@ -155,10 +171,12 @@ def test_a_flooding_key_does_not_slow_another(server: Server, keys: dict[str, st
             flooder.join(timeout=60)
         codes = dict(counts)
     ratio = statistics.median(loaded) / statistics.median(idle)
+    rate = sum(codes.values()) / sum(loaded)
     print(f"victim latency median idle {1000 * statistics.median(idle):.0f} ms, "
           f"flooded {1000 * statistics.median(loaded):.0f} ms, ratio {ratio:.2f}, "
-          f"flood requests {codes}")  # fmt: skip
-    assert set(codes) == {429} and codes[429] >= 15  # refused at admission, never served
+          f"flood {codes} at ~{rate:.0f}/s")  # fmt: skip
+    assert set(codes) == {429}  # refused at admission, never served
+    assert rate >= FLOOD_RATE / 2  # it did flood while the other key was measured
     assert ratio <= 2.0
 
 
