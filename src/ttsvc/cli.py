@@ -77,6 +77,27 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--window-budget-share", type=float, default=None,
                    help="share of a peer stream's buffered audio a window may take")  # fmt: skip
     p.add_argument("--first-window", type=int, default=None, help="frames in the first window")
+    p.add_argument("--api-keys-file", type=Path, default=None,
+                   help="key file (see `ttsvc keys add`); set: bearer keys are required")
+    p.add_argument("--default-rpm", type=int, default=None,
+                   help="requests per minute for keys that set none (default: unlimited)")
+    p.add_argument("--default-audio-s-per-min", type=float, default=None,
+                   help="audio seconds per minute for keys that set none (default: unlimited)")
+    p.add_argument("--cors-origin", action="append", default=None, dest="cors_origins",
+                   help="allow browser calls from this origin (repeatable; default: none)")
+    p.add_argument("--voice-alias", action="append", default=None, dest="voice_aliases",
+                   metavar="NAME=VOICE", help="map a voice name to a served voice (repeatable)")
+
+
+def _add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("keys", help="make API keys: prints the key once, stores only its hash")
+    p.add_argument("action", choices=["add"])
+    p.add_argument("name", help="what logs and metrics call requests made with this key")
+    p.add_argument("--file", type=Path, default=None, dest="api_keys_file",
+                   help="key file to append to (default: TTSVC_API_KEYS_FILE)")
+    p.add_argument("--rpm", type=int, default=None, help="requests per minute (default: none)")
+    p.add_argument("--audio-s-per-min", type=float, default=None,
+                   help="seconds of audio per minute (default: none)")
 
 
 def _add_engines(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -92,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compile(sub)
     _add_synth(sub)
     _add_serve(sub)
+    _add_keys(sub)
     _add_engines(sub)
     return parser
 
@@ -103,12 +125,19 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
              "metrics_port": "metrics_port",
              "max_streams_per_worker": "max_streams_per_worker",
              "queue_timeout_s": "queue_timeout_s", "drain_grace_s": "drain_grace_s",
-             "multiplex": "multiplex", "window_budget_share": "window_budget_share"}  # fmt: skip
-    return {
+             "multiplex": "multiplex", "window_budget_share": "window_budget_share",
+             "api_keys_file": "api_keys_file",
+             "default_rpm": "default_rpm", "default_audio_s_per_min": "default_audio_s_per_min",
+             "cors_origins": "cors_origins"}  # fmt: skip
+    overrides = {
         field: getattr(args, flag)
         for flag, field in names.items()
         if getattr(args, flag, None) is not None
     }
+    aliases = getattr(args, "voice_aliases", None)
+    if aliases:
+        overrides["voice_aliases"] = dict(a.partition("=")[::2] for a in aliases)
+    return overrides
 
 
 def cmd_compile(args: argparse.Namespace, settings: Settings) -> int:
@@ -210,6 +239,43 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return serve(settings, settings.voice)
 
 
+def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
+    from ttsvc.gateway.auth import (  # noqa: PLC0415
+        KeyFileError,
+        append_key,
+        key_line,
+        new_key,
+        parse_keys,
+    )
+    from ttsvc.gateway.ratelimit import Quota  # noqa: PLC0415
+
+    path = settings.api_keys_file
+    if path is None:
+        print("ttsvc keys: name the key file with --file or TTSVC_API_KEYS_FILE", file=sys.stderr)
+        return 2
+    if (args.rpm is not None and args.rpm < 1) or (
+        args.audio_s_per_min is not None and args.audio_s_per_min <= 0
+    ):
+        print("ttsvc keys: limits must be positive", file=sys.stderr)
+        return 2
+    key = new_key()
+    try:
+        line = key_line(args.name, key, Quota(args.rpm, args.audio_s_per_min))
+        if path.exists():
+            names = {k.name for k in parse_keys(path.read_text(encoding="utf-8"), str(path),
+                                                Quota())}  # fmt: skip
+            if args.name in names:
+                raise KeyFileError(f"{path}: a key named {args.name!r} exists already")
+        append_key(path, line)
+    except (KeyFileError, OSError) as exc:
+        print(f"ttsvc keys: {exc}", file=sys.stderr)
+        return 2
+    # the only time the key exists outside its holder: stdout, never a log
+    print(key)
+    print(f"added key {args.name!r} to {path} (only its sha256 is stored)", file=sys.stderr)
+    return 0
+
+
 def cmd_engines(args: argparse.Namespace, settings: Settings) -> int:
     from ttsvc.repository.layout import EngineRepository  # noqa: PLC0415
     from ttsvc.repository.manifest import load_manifest  # noqa: PLC0415
@@ -243,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compile": cmd_compile,
         "synth": cmd_synth,
         "serve": cmd_serve,
+        "keys": cmd_keys,
         "engines": cmd_engines,
     }
     try:

@@ -8,9 +8,10 @@ useless instead of letting them fail later inside a worker.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ttsvc.balancer import BalancerSettings
@@ -88,6 +89,44 @@ class Settings(BaseSettings):
     compile_default_voice: bool = True
     """Compile the packaged default voice when the engines directory has none."""
     log_level: str = "info"
+    api_keys_file: Path | None = None
+    """Key file (``name sha256 [rpm=N] [audio_s_per_min=X]`` lines, e.g. a mounted Kubernetes
+    Secret): when set, every route but ``/health`` and ``/live`` needs ``Authorization: Bearer``.
+    Reloaded when it changes."""
+    default_rpm: int | None = Field(None, ge=1, le=1_000_000)
+    """Requests per minute for keys whose line sets none (unset: unlimited)."""
+    default_audio_s_per_min: float | None = Field(None, gt=0, le=1_000_000)
+    """Audio seconds per minute for keys whose line sets none (unset: unlimited)."""
+    cors_origins: list[str] = Field(default_factory=list)
+    """Browser origins allowed to call the API (``https://app.example.com``, or ``*``; in the
+    environment a JSON list); empty: no CORS headers at all, so browsers on other origins are
+    refused."""
+    voice_aliases: dict[str, str] = Field(default_factory=dict)
+    """Voice names mapped to served voices (JSON), over the default mapping of OpenAI's voice
+    names (alloy, echo, ...) to ``voice``."""
+
+    @field_validator("api_keys_file", mode="before")
+    @classmethod
+    def _no_key_file(cls, value: object) -> object:
+        # an empty TTSVC_API_KEYS_FILE (a chart leaving keys off) means no file, not "."
+        return None if value == "" else value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            # an origin is scheme://host[:port], nothing after: a path would never match
+            if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
+                raise ValueError(f"cors origin {origin!r}: expected scheme://host[:port] or *")
+        return value
+
+    @field_validator("voice_aliases")
+    @classmethod
+    def _aliases(cls, value: dict[str, str]) -> dict[str, str]:
+        for alias, target in value.items():
+            if not alias.strip() or not target.strip():
+                raise ValueError("voice_aliases: names and voices must not be empty")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

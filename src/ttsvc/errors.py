@@ -7,6 +7,8 @@ file at fault because an operator reading a log line has nothing else to go on.
 
 from __future__ import annotations
 
+import math
+
 
 class TTSError(Exception):
     """Base of every error ttsvc raises on purpose."""
@@ -18,6 +20,10 @@ class TTSError(Exception):
         super().__init__(message)
         self.message = message
         self.field = field
+
+    def headers(self) -> dict[str, str]:
+        """Response headers this error requires (``Retry-After``, ``WWW-Authenticate``)."""
+        return {}
 
     def to_body(self) -> dict[str, str]:
         """The JSON body a client receives: never a stack trace."""
@@ -44,6 +50,12 @@ class TextTooLong(InvalidParameter):
     """The text exceeds the configured character cap."""
 
     type = "text_too_long"
+
+
+class FormatUnavailable(InvalidParameter):
+    """A response format the API names but this build cannot encode (AAC: no libsndfile codec)."""
+
+    type = "format_unavailable"
 
 
 class UnknownVoice(TTSError):
@@ -80,11 +92,53 @@ class BackendUnavailable(TTSError):
     type = "backend_unavailable"
 
 
+class UnknownModel(TTSError):
+    """``model`` of an OpenAI-style request is none of those ``GET /v1/models`` lists."""
+
+    status = 404
+    type = "unknown_model"
+
+
 class Busy(TTSError):
     """Admission refused: every stream slot and queue place is taken."""
 
     status = 429
     type = "overloaded"
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
+
+class Unauthorized(TTSError):
+    """No API key, or not one of the configured keys (the key itself is never echoed)."""
+
+    status = 401
+    type = "unauthorized"
+
+    def __init__(self, message: str, *, presented: bool) -> None:
+        super().__init__(message)
+        self.presented = presented
+
+    def headers(self) -> dict[str, str]:
+        # RFC 6750: a request without credentials gets the bare challenge
+        challenge = 'Bearer realm="ttsvc"'
+        if self.presented:
+            challenge += ', error="invalid_token"'
+        return {"WWW-Authenticate": challenge}
+
+
+class RateLimited(TTSError):
+    """The key is over its requests or audio-seconds per minute."""
+
+    status = 429
+    type = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
 
 
 class Draining(TTSError):

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import httpx
 
+from ttsvc.gateway.auth import append_key, key_line, new_key
+from ttsvc.gateway.ratelimit import Quota
+
 HEALTH_POLLS = 600  # bounded wait for READY: each poll blocks up to 0.1 s on the socket
 
 
@@ -24,7 +27,13 @@ def _free_port() -> int:
 class Server:
     """A `ttsvc serve` subprocess and a client for it."""
 
-    def __init__(self, engines: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        engines: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.port = _free_port()
         self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - open as long as the server
         self.url = f"http://127.0.0.1:{self.port}"
@@ -36,13 +45,15 @@ class Server:
              "--engines-dir", str(engines), *args],
             stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
         )  # fmt: skip
-        self.client = httpx.Client(base_url=self.url, timeout=60)
+        self.headers = headers or {}
+        """Sent with every request of ``client`` (an API key, for a server that needs one)."""
+        self.client = httpx.Client(base_url=self.url, timeout=60, headers=self.headers)
 
     def wait_ready(self, workers: int) -> None:
         for _ in range(HEALTH_POLLS):
             assert self.proc.poll() is None, f"server exited: {self.log_tail()}"
             try:
-                r = httpx.get(f"{self.url}/voices", timeout=0.1)
+                r = httpx.get(f"{self.url}/voices", timeout=0.1, headers=self.headers)
                 if r.status_code == 200 and len(self.ready_pids()) == workers:
                     if self.client.get("/health").status_code == 200:
                         return
@@ -119,3 +130,18 @@ def wait_engines(server: Server, predicate: object, what: str) -> dict[str, obje
         else:
             raise AssertionError("server exited")
     raise AssertionError(f"never saw: {what}; last state {engines_state(server)}")
+
+
+def write_keys(path: Path, quotas: dict[str, dict[str, float]]) -> dict[str, str]:
+    """A key file with a fresh key per name (``{"rpm": 3}``-style limits); name → key."""
+    keys = {}
+    for name, limits in quotas.items():
+        keys[name] = new_key()
+        rpm = limits.get("rpm")
+        quota = Quota(None if rpm is None else int(rpm), limits.get("audio_s_per_min"))
+        append_key(path, key_line(name, keys[name], quota))
+    return keys
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}

@@ -8,6 +8,7 @@ the error classes' own status and type (one table, ``ttsvc.errors``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import tempfile
 import time
@@ -18,29 +19,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import start_http_server
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ttsvc.audio.encode import FORMATS, Encoder, OutputFormat
 from ttsvc.audio.resample import SUPPORTED_RATES
-from ttsvc.audio.wav import streaming_header, wav_bytes
 from ttsvc.balancer import HeatScoreBalancer
 from ttsvc.config import Settings
 from ttsvc.errors import (
     Busy,
     Draining,
+    FormatUnavailable,
     InvalidParameter,
     PayloadTooLarge,
     QueueTimeout,
     TextTooLong,
     TTSError,
+    UnknownModel,
     UnknownVoice,
 )
+from ttsvc.gateway.auth import KeyStore
 from ttsvc.gateway.hotswap import EngineSwapper
+from ttsvc.gateway.openai_compat import (
+    OPENAI_MODELS,
+    OPENAI_RATE,
+    OPENAI_VOICES,
+    SpeechRequest,
+    model_card,
+    openai_error,
+)
+from ttsvc.gateway.ratelimit import KeyRateLimiter, Quota, Ticket
 from ttsvc.observability.logs import get_logger
 from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.pool.supervisor import Mailbox, WorkerPool, WorkerSpec
@@ -62,8 +75,25 @@ class SynthesizeRequest(BaseModel):
     noise_w: float | None = Field(None, ge=0.0, le=2.0)
     sentence_silence: float = Field(0.2, ge=0.0, le=5.0)
     sample_rate: int | None = None
-    format: Literal["wav", "pcm"] = "wav"
+    format: Literal["wav", "pcm", "mulaw", "mp3", "opus", "flac"] = "wav"
     stream: bool = True
+
+
+@dataclass(frozen=True)
+class SpeechOrder:
+    """What either API asks for, validated and resolved: the one input of the shared path."""
+
+    text: str
+    speed: float
+    noise_scale: float | None
+    noise_w: float | None
+    sentence_silence: float
+    sample_rate: int | None
+    """Output rate, ``None`` for the voice's own."""
+    format: OutputFormat
+    stream: bool
+    api: str
+    """``synthesize`` or ``openai``, for metrics."""
 
 
 @dataclass
@@ -79,17 +109,40 @@ class GatewayState:
     inflight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     metrics: ServiceMetrics = field(default_factory=ServiceMetrics)
+    keys: KeyStore | None = None
+    """API keys in force; ``None``: no authentication."""
+    limiter: KeyRateLimiter = field(default_factory=lambda: KeyRateLimiter(time.monotonic))
 
     def complete(self, fields: dict[str, object], code: int) -> None:
-        """Record one finished /synthesize request: counters, and its one completion log line."""
+        """Record one finished synthesis request: counters, and its one completion log line."""
         outcome = str(fields.get("status", "ok"))
         self.metrics.requests.labels(str(code), outcome).inc()
-        if code in (429, 503):
+        if code in (401, 429, 503):
             self.metrics.rejections.labels(outcome).inc()
         log.info("request", voice=self.voice, code=code, **fields)
 
+    def resolve_voice(self, name: str | None) -> str:
+        """The served voice a request's ``voice`` names (OpenAI's names and aliases included)."""
+        if name is None:
+            return self.voice
+        aliases = {alias: self.settings.voice for alias in OPENAI_VOICES}
+        aliases.update(self.settings.voice_aliases)
+        target = aliases.get(name, name)
+        if target != self.voice:
+            raise UnknownVoice(f"unknown voice {name!r}", field="voice")
+        return target
 
-REJECTION_CODES = (413, 429, 503)
+
+SYNTHESIS_PATHS = ("/synthesize", "/v1/audio/speech")
+"""Routes whose every request ends in exactly one completion log line."""
+
+
+def _labels(request: Request) -> dict[str, object]:
+    """The request's key name and format, for its log line (set as the request is checked)."""
+    return {"key": getattr(request.state, "key_name", None),
+            "format": getattr(request.state, "format", None)}  # fmt: skip
+
+
 
 
 def _error(
@@ -99,9 +152,9 @@ def _error(
     status: int,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    """Answer a /synthesize request that produced no audio, and record it once."""
+    """Answer a synthesis request that produced no audio, and record it once."""
     recorded = getattr(request.state, "recorded", False)  # an exchange already logged it
-    if request.url.path.startswith("/synthesize") and not recorded:
+    if request.url.path in SYNTHESIS_PATHS and not recorded:
         uid = uuid.uuid4().hex
         fields: dict[str, object] = {
             "uid": uid,
@@ -115,9 +168,12 @@ def _error(
             "engine_version": None,
             "status": body["type"],
             "error_type": body["type"],
+            **_labels(request),
         }
         state.complete(fields, status)
         headers = {**(headers or {}), "X-Request-Id": uid}
+    if request.url.path.startswith("/v1/"):
+        return JSONResponse(openai_error(body), status_code=status, headers=headers)
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -130,6 +186,9 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
     """Build the app; the worker pool starts in the lifespan, not at import or construction."""
     state = GatewayState(settings, voice)
     state.idle.set()
+    if settings.api_keys_file is not None:
+        default = Quota(settings.default_rpm, settings.default_audio_s_per_min)
+        state.keys = KeyStore(settings.api_keys_file, default, polling=settings.watch_polling)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -161,15 +220,24 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             settings.worker_start_timeout_s,
             settings.worker_silence_timeout_s,
         )
+        keys = state.keys
+        tasks = []
+        if keys is not None:
+            await asyncio.to_thread(keys.load)  # a key file that does not parse stops start-up
+            log.info("keys_loaded", path=str(keys.path), names=sorted(k.name for k in keys.keys))
+            tasks.append(loop.create_task(keys.watch(state.limiter.forget)))
         state.pool = WorkerPool(spec, settings.workers, state.balancer, loop, state.metrics)
         state.pool.start()
-        watcher = loop.create_task(swapper.watch(state.pool))
+        tasks.append(loop.create_task(swapper.watch(state.pool)))
         try:
             yield
         finally:
             swapper.stop()
-            watcher.cancel()  # a rollout in progress must not hold up shutdown
-            await asyncio.gather(watcher, return_exceptions=True)
+            if keys is not None:
+                keys.stop()
+            for task in tasks:
+                task.cancel()  # a rollout in progress must not hold up shutdown
+            await asyncio.gather(*tasks, return_exceptions=True)
             await state.pool.close()
             if metrics_server is not None:
                 metrics_server.shutdown()
@@ -182,8 +250,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
 
     @app.exception_handler(TTSError)
     async def _tts_error(request: Request, exc: TTSError) -> JSONResponse:
-        headers = {"Retry-After": "1"} if exc.status == 429 else None
-        return _error(state, request, exc.to_body(), exc.status, headers)
+        return _error(state, request, exc.to_body(), exc.status, exc.headers())
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -204,6 +271,23 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         return await call_next(request)
 
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, state=state)
+    if settings.cors_origins:  # added last, so outermost: refusals (401, 413) carry CORS too
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "x-request-id"],
+            expose_headers=["x-request-id", "x-sample-rate", "x-engine-version", "retry-after"],
+        )
+
+    async def authenticate(request: Request) -> None:
+        """Every route but /health and /live: the key's name is kept for logs, never the key."""
+        if state.keys is not None:
+            key = state.keys.authenticate(request.headers.get("authorization"))
+            request.state.key = key
+            request.state.key_name = key.name
+
+    guarded = [Depends(authenticate)]
 
     @app.get("/live")
     async def live() -> dict[str, str]:
@@ -220,7 +304,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             {"status": "ok", "score": round(balancer.pool_score(), 2), "inflight": state.inflight}
         )
 
-    @app.get("/voices")
+    @app.get("/voices", dependencies=guarded)
     async def voices() -> dict[str, object]:
         pool, swapper = state.pool, state.swapper
         serving = sorted(
@@ -233,17 +317,75 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         }
         return {"voices": [{"name": state.voice, "engine_versions": serving, "engines": engines}]}
 
-    @app.post("/synthesize")
+    @app.post("/synthesize", dependencies=guarded)
     async def synthesize(body: SynthesizeRequest, request: Request) -> Response:
-        return await _synthesize(state, body, request)
+        request.state.format = body.format
+        state.resolve_voice(body.voice)
+        fmt = FORMATS[body.format]
+        order = SpeechOrder(body.text, body.speed, body.noise_scale, body.noise_w,
+                            body.sentence_silence, _rate(fmt, body.sample_rate), fmt,
+                            body.stream, "synthesize")  # fmt: skip
+        return await _synthesize(state, order, request)
+
+    @app.post("/v1/audio/speech", dependencies=guarded)
+    async def speech(body: SpeechRequest, request: Request) -> Response:
+        request.state.format = body.response_format
+        if body.model not in OPENAI_MODELS:
+            raise UnknownModel(f"unknown model {body.model!r}: GET /v1/models lists them",
+                               field="model")  # fmt: skip
+        state.resolve_voice(body.voice if isinstance(body.voice, str) else body.voice.id)
+        if body.response_format == "aac":
+            raise FormatUnavailable("aac is not available (no AAC encoder here): use mp3, opus, "
+                                    "flac, wav or pcm", field="response_format")  # fmt: skip
+        fmt = FORMATS[body.response_format]
+        order = SpeechOrder(body.input, body.speed, None, None, 0.2, OPENAI_RATE, fmt,
+                            body.stream, "openai")  # fmt: skip
+        return await _synthesize(state, order, request)
+
+    @app.get("/v1/models", dependencies=guarded)
+    async def models() -> dict[str, object]:
+        return {"object": "list", "data": [model_card(m) for m in OPENAI_MODELS]}
+
+    @app.get("/v1/models/{model_id}", dependencies=guarded)
+    async def model(model_id: str) -> dict[str, object]:
+        if model_id not in OPENAI_MODELS:
+            raise UnknownModel(f"unknown model {model_id!r}", field="model")
+        return model_card(model_id)
 
     return app
 
 
-def _whole_body(pieces: list[bytes], rate: int, fmt: str) -> bytes:
-    """Join a ``stream: false`` response (up to minutes of audio: megabytes, off the loop)."""
-    pcm = b"".join(pieces)
-    return wav_bytes(np.frombuffer(pcm, dtype="<i2"), rate) if fmt == "wav" else pcm
+def _rate(fmt: OutputFormat, requested: int | None) -> int | None:
+    """The output rate for ``fmt``: the requested one if the format takes it, else its default."""
+    if requested is None:
+        return fmt.default_rate
+    if requested not in SUPPORTED_RATES:
+        rates = ", ".join(str(r) for r in SUPPORTED_RATES)
+        raise InvalidParameter(
+            f"sample_rate {requested}: supported rates are {rates}", field="sample_rate"
+        )
+    if (why := fmt.rate_error(requested)) is not None:
+        raise InvalidParameter(why, field="sample_rate")
+    return requested
+
+
+def _close_later(encoder: Encoder) -> None:
+    """Release an encoder off the loop (closing may flush a codec, or wait for a chunk being
+    encoded); nothing waits for it."""
+
+    def close() -> None:
+        with contextlib.suppress(Exception):
+            encoder.close()
+
+    asyncio.get_running_loop().run_in_executor(None, close)
+
+
+async def _encode(encoder: Encoder, pcm: bytes | None) -> bytes:
+    """Encode a chunk (``None``: finish) in a thread, unless it only passes bytes through."""
+    call = encoder.finish if pcm is None else (lambda: encoder.encode(pcm))
+    if encoder.light:
+        return call()
+    return await asyncio.to_thread(call)
 
 
 class BodyLimit:
@@ -328,6 +470,9 @@ class SynthesisExchange:
         self.engine_version: str | None = None
         self._last_chunk: float | None = None
         self._finished = False
+        self.ticket: Ticket | None = None
+        """The key's quota claim, settled with the audio really produced."""
+        self.encoder: Encoder | None = None
         state.inflight += 1
         state.idle.clear()
 
@@ -394,6 +539,15 @@ class SynthesisExchange:
                 self.finish("ok")
                 return
 
+    def release_encoder(self) -> None:
+        """Count the encoder's time and free it (off the loop) if the response did not end it."""
+        encoder, self.encoder = self.encoder, None
+        if encoder is None:
+            return
+        self.state.metrics.encode_seconds.labels(encoder.format.name).inc(encoder.seconds)
+        if not encoder.closed:
+            _close_later(encoder)
+
     def finish(self, status: str, cancel: bool = False, code: int | None = None) -> None:
         """Release everything this request holds; only the first call counts."""
         if self._finished:
@@ -415,6 +569,8 @@ class SynthesisExchange:
         if status == "cancelled":
             metrics.cancellations.inc()
         metrics.audio_seconds.inc(self.audio_s)
+        if self.ticket is not None:
+            self.state.limiter.settle(self.ticket, self.audio_s)
         rtf = None
         if self.compute_s is not None and self.audio_s > 0:
             rtf = round(self.compute_s / self.audio_s, 4)
@@ -429,6 +585,7 @@ class SynthesisExchange:
             "rtf": rtf,
             "engine_version": self.engine_version,
             "status": status,
+            **_labels(self.request),
         }
         if status != "ok":
             fields["error_type"] = status
@@ -471,42 +628,61 @@ class ExchangeStreamingResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self.exchange.finish("cancelled", cancel=True)  # no-op after a normal end
+            self.exchange.release_encoder()
 
 
-async def _synthesize(state: GatewayState, body: SynthesizeRequest, request: Request) -> Response:
+async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request) -> Response:
+    """The one path of both APIs: admit, dispatch, then stream (or gather) the encoded audio."""
     settings = state.settings
     if state.draining:
         raise Draining("the server is shutting down")
-    if body.voice is not None and body.voice != state.voice:
-        raise UnknownVoice(f"unknown voice {body.voice!r}", field="voice")
-    if len(body.text) > settings.max_text_chars:
-        raise TextTooLong(f"text is over {settings.max_text_chars} characters", field="text")
-    if body.sample_rate is not None and body.sample_rate not in SUPPORTED_RATES:
-        rates = ", ".join(str(r) for r in SUPPORTED_RATES)
-        raise InvalidParameter(
-            f"sample_rate {body.sample_rate}: supported rates are {rates}", field="sample_rate"
-        )
+    if len(order.text) > settings.max_text_chars:
+        field = "input" if order.api == "openai" else "text"
+        raise TextTooLong(f"{field} is over {settings.max_text_chars} characters", field=field)
     pool, balancer = state.pool, state.balancer
     if pool is None or balancer is None:
         raise Draining("no worker pool")
-    request.state.text_len = len(body.text)
-    if state.inflight >= settings.workers * settings.max_streams_per_worker:
-        raise Busy("all stream slots are busy, retry shortly")
-    wid = balancer.pick()  # NoWorkerAvailable is a 503 from the error table
+    request.state.text_len = len(order.text)
+    native = next((w.ready.sample_rate for w in pool.workers.values() if w.ready), 22050)
+    rate = order.sample_rate or native
+    if (why := order.format.rate_error(rate)) is not None:  # e.g. opus at a voice's own rate
+        raise InvalidParameter(why, field="sample_rate")
+    key = getattr(request.state, "key", None)
+    ticket = None
+    if key is not None and not key.quota.unlimited:
+        # before the shared slots: a key over its quota never takes one from another key
+        ticket = state.limiter.admit(key.name, key.quota, len(order.text), order.speed)
+    encoder: Encoder | None = None
+    try:
+        if state.inflight >= settings.workers * settings.max_streams_per_worker:
+            raise Busy("all stream slots are busy, retry shortly")
+        encoder = Encoder(order.format, rate, streamed=order.stream)
+        wid = balancer.pick()  # NoWorkerAvailable is a 503 from the error table
+    except Exception:
+        if ticket is not None:
+            state.limiter.refund(ticket)  # the service's refusal, not the key's
+        if encoder is not None:
+            _close_later(encoder)
+        raise
     qsize = next(w.load for w in balancer.snapshot() if w.id == wid)
     # ids are always ours: a client reusing an id must not reach another request's stream
     uid = uuid.uuid4().hex
     client_id = request.headers.get("x-request-id")
     if client_id:
         log.info("request_id", uid=uid, client_request_id=client_id[:128])
-    job = SynthesisJob(uid, body.text, body.speed, body.noise_scale, body.noise_w,
-                       body.sentence_silence, body.sample_rate)  # fmt: skip
+    job = SynthesisJob(uid, order.text, order.speed, order.noise_scale, order.noise_w,
+                       order.sentence_silence, order.sample_rate)  # fmt: skip
     exchange = SynthesisExchange(state, request, pool, wid, job, qsize)
-    first = await exchange.first(settings.queue_timeout_s)
+    exchange.ticket = ticket
+    exchange.encoder = encoder
+    state.metrics.format_requests.labels(order.format.name, order.api).inc()
+    try:
+        first = await exchange.first(settings.queue_timeout_s)
+    except BaseException:
+        exchange.release_encoder()
+        raise
     balancer.observe(wid, first.compute_s * 1000.0)  # worker-side time: see balancer_sim
 
-    native = next((w.ready.sample_rate for w in pool.workers.values() if w.ready), 22050)
-    rate = body.sample_rate or native
     headers = {
         "X-Request-Id": uid,
         "X-Engine-Version": str(first.engine_version),
@@ -514,30 +690,35 @@ async def _synthesize(state: GatewayState, body: SynthesizeRequest, request: Req
         "X-Accel-Buffering": "no",
         "Cache-Control": "no-store",
     }
-    media = "audio/wav" if body.format == "wav" else f"audio/L16;rate={rate};channels=1"
+    media = order.format.media_type(rate)
     exchange.rate = rate
-    exchange.buffered = not body.stream
+    exchange.buffered = not order.stream
     exchange.received(first)
 
-    if not body.stream:
-        pieces = [first.pcm]
+    if not order.stream:
         try:
+            await _encode(encoder, first.pcm)
             async for msg in exchange.rest():
                 exchange.received(msg)
-                pieces.append(msg.pcm)
+                await _encode(encoder, msg.pcm)
+            if exchange.failure is None:
+                data = await _encode(encoder, None)
         finally:
             exchange.finish("cancelled", cancel=True)  # no-op after a normal end
+            exchange.release_encoder()
         if exchange.failure is not None:  # nothing was sent yet: answer with the error
             raise WorkerReportedError(exchange.failure)
-        data = await asyncio.to_thread(_whole_body, pieces, rate, body.format)
         return Response(data, media_type=media, headers=headers)
 
     async def body_iter() -> AsyncIterator[bytes]:
-        if body.format == "wav":
-            yield streaming_header(rate)
-        yield first.pcm
+        if data := await _encode(encoder, first.pcm):
+            yield data
         async for msg in exchange.rest():
             exchange.received(msg)
-            yield msg.pcm
+            if data := await _encode(encoder, msg.pcm):
+                yield data
+        # also after a failure mid-stream: the codec's last frames end the stream cleanly
+        if data := await _encode(encoder, None):
+            yield data
 
     return ExchangeStreamingResponse(exchange, body_iter(), media, headers)

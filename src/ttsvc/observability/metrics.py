@@ -39,6 +39,12 @@ class ServiceMetrics:
                                 ["code", "outcome"], registry=r)  # fmt: skip
         self.rejections = Counter("ttsvc_rejections", "Requests refused before synthesis",
                                   ["reason"], registry=r)  # fmt: skip
+        self.format_requests = Counter("ttsvc_format_requests",
+                                       "Synthesis requests dispatched, by output format and API",
+                                       ["format", "api"], registry=r)  # fmt: skip
+        self.encode_seconds = Counter("ttsvc_encode_seconds",
+                                      "Gateway time spent encoding audio, by output format",
+                                      ["format"], registry=r)  # fmt: skip
         self.cancellations = Counter("ttsvc_cancellations",
                                      "Streams cancelled because the client went away",
                                      registry=r)  # fmt: skip

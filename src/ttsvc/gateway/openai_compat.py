@@ -1,0 +1,63 @@
+"""OpenAI's speech API as ttsvc speaks it: names, limits, request body and error shape.
+
+Pure data and functions; the routes live with the others in ``ttsvc.gateway.app`` and share its
+one synthesis path.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
+"""Model names OpenAI clients send; all are served by the one engine set."""
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage",
+                 "shimmer", "verse", "marin", "cedar")  # fmt: skip
+"""OpenAI's voice names: each maps to the configured voice unless ``voice_aliases`` says else."""
+OPENAI_RATE = 24000
+"""OpenAI's audio is 24 kHz (its ``pcm`` is defined so): every format of /v1 is at this rate."""
+OPENAI_MAX_INPUT = 4096
+
+
+class VoiceRef(BaseModel):
+    """OpenAI's custom-voice form, ``{"id": ...}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+
+
+class SpeechRequest(BaseModel):
+    """Body of ``POST /v1/audio/speech`` (OpenAI's fields and limits; ``stream`` is ours)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    input: str = Field(max_length=OPENAI_MAX_INPUT)
+    voice: str | VoiceRef
+    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
+    speed: float = Field(1.0, ge=0.25, le=4.0)
+    instructions: str | None = None
+    """Style prompts of OpenAI's newer models; this voice has no style control: ignored."""
+    stream_format: Literal["audio"] = "audio"
+    """OpenAI's ``sse`` (base64 audio events) is not offered: refused with a 422."""
+    stream: bool = True
+    """Ours: ``false`` sends one file with exact sizes (the default streams, as OpenAI does)."""
+
+
+def openai_error(body: dict[str, str]) -> dict[str, object]:
+    """OpenAI's error shape for /v1 routes (its SDKs read ``error.message``); ``type`` and
+    ``code`` keep ttsvc's error type, ``param`` the field."""
+    field = body.get("field")
+    param = _OPENAI_FIELDS.get(field, field) if field is not None else None
+    return {"error": {"message": body["error"], "type": body["type"], "param": param,
+                      "code": body["type"]}}  # fmt: skip
+
+
+_OPENAI_FIELDS = {"text": "input", "format": "response_format"}
+"""Fields the shared path names as /synthesize does, under their OpenAI names."""
+
+
+def model_card(name: str) -> dict[str, object]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "ttsvc"}

@@ -1,0 +1,138 @@
+"""Output formats and rates on ``POST /synthesize``: a real server, real workers, the real voice."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.audio.decoding import decode, rms, ulaw_to_pcm
+from tests.gateway.serving import Server
+from ttsvc.audio.encode import FORMATS
+from ttsvc.repository.layout import EngineVersion
+
+DET = {"noise_scale": 0.0, "noise_w": 0.0}
+TEXT = "Every format carries the same sentence."
+CASES = [(name, rate) for name, fmt in FORMATS.items() for rate in fmt.rates]
+MEDIA = {"wav": "audio/wav", "pcm": "audio/L16", "mulaw": "audio/basic", "mp3": "audio/mpeg",
+         "opus": "audio/ogg;codecs=opus", "flac": "audio/flac"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server(default_version: EngineVersion, engines_root: Path) -> Iterator[Server]:
+    srv = Server(engines_root, "--workers", "1")
+    srv.wait_ready(1)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def reference_s(server: Server) -> float:
+    """The sentence's duration from the native-rate WAV, the length every format must match."""
+    r = server.synth(TEXT, stream=False, **DET)
+    assert r.status_code == 200, r.text
+    pcm, rate = decode(r.content, "wav")
+    return len(pcm) / rate
+
+
+def slack_s(name: str, rate: int) -> float:
+    """Resampling edges, plus for MP3 LAME's delay, padding and the streamed Info frame."""
+    frame = 1152 if rate >= 32000 else 576
+    return 0.01 + ((1105 + 3 * frame) / rate if name == "mp3" else 0.0)
+
+
+@pytest.mark.parametrize(("name", "rate"), CASES)
+def test_every_format_and_rate_decodes(
+    server: Server, reference_s: float, name: str, rate: int
+) -> None:
+    r = server.synth(TEXT, format=name, sample_rate=rate, **DET)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith(MEDIA[name])
+    assert r.headers["x-sample-rate"] == str(rate)
+    pcm, got_rate = decode(r.content, name, rate)
+    assert got_rate == rate
+    assert np.all(np.isfinite(pcm.astype(np.float64)))
+    assert rms(pcm) > 300, "silent"
+    duration = len(pcm) / rate
+    assert reference_s - 0.01 <= duration <= reference_s + slack_s(name, rate), duration
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_whole_files_match_streams(server: Server, reference_s: float, name: str) -> None:
+    rate = FORMATS[name].default_rate or 22050
+    r = server.synth(TEXT, format=name, stream=False, **DET)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-sample-rate"] == str(rate)
+    pcm, got_rate = decode(r.content, name, rate)
+    assert got_rate == rate and rms(pcm) > 300
+    assert abs(len(pcm) / rate - reference_s) <= slack_s(name, rate)
+    if name in ("wav", "pcm", "flac"):  # lossless: the same samples as the streamed response
+        streamed, _ = decode(server.synth(TEXT, format=name, **DET).content, name, rate)
+        assert np.array_equal(pcm, streamed)
+
+
+def test_mulaw_round_trips_the_8khz_pcm(server: Server) -> None:
+    """µ-law (defaulting to 8 kHz) expands to the 8 kHz PCM within µ-law's quantization."""
+    mulaw = server.synth(TEXT, format="mulaw", **DET)
+    assert mulaw.headers["x-sample-rate"] == "8000"
+    pcm = server.synth(TEXT, format="pcm", sample_rate=8000, **DET)
+    linear = np.frombuffer(pcm.content, "<i2").astype(np.int32)
+    expanded = ulaw_to_pcm(mulaw.content).astype(np.int32)
+    assert len(mulaw.content) == len(linear)  # one byte per sample, no header
+    # a worker's windows may round a sample one step apart between two requests
+    assert np.all(np.abs(expanded - linear) <= np.abs(linear) // 16 + 17)
+    assert rms(ulaw_to_pcm(mulaw.content)) > 300
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_a_client_stopping_midway_holds_a_valid_stream(server: Server, name: str) -> None:
+    text = "A listener hangs up halfway through this rather long answer. " * 6
+    rate = FORMATS[name].default_rate or 22050
+    received = b""
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        with client.stream("POST", "/synthesize",
+                           json={"text": text, "format": name, **DET}) as r:  # fmt: skip
+            assert r.status_code == 200
+            for piece in r.iter_raw():
+                received += piece
+                if len(received) > 6000:
+                    break  # hang up mid-stream
+    if name == "pcm":
+        received = received[: len(received) // 2 * 2]
+    pcm, got_rate = decode(received, name, rate)
+    assert got_rate == rate and len(pcm) > 0 and rms(pcm) > 100
+    server.wait_idle()  # the gateway noticed, cancelled the stream and freed its slot
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"format": "opus", "sample_rate": 22050}, "Opus"),
+        ({"format": "opus", "sample_rate": 44100}, "Opus"),
+        ({"format": "mulaw", "sample_rate": 16000}, "8 kHz"),
+    ],
+)
+def test_rates_a_codec_cannot_take_are_refused(
+    server: Server, body: dict[str, object], message: str
+) -> None:
+    r = server.synth("hi", **body)
+    assert r.status_code == 422
+    assert r.json()["field"] == "sample_rate" and message in r.json()["error"]
+
+
+def test_completion_log_names_the_format(server: Server) -> None:
+    r = server.synth("Logged as flac.", format="flac")
+    uid = r.headers["x-request-id"]
+    line = next(ln for ln in server.log_lines() if uid in ln and '"event": "request"' in ln)
+    assert '"format": "flac"' in line and '"key": null' in line
+
+
+def test_cors_is_off_unless_origins_are_configured(server: Server) -> None:
+    preflight = server.client.options("/synthesize", headers={
+        "Origin": "https://app.example.com", "Access-Control-Request-Method": "POST"})  # fmt: skip
+    assert "access-control-allow-origin" not in preflight.headers
+    r = server.synth("hi", format="pcm")
+    assert "access-control-allow-origin" not in r.headers

@@ -1,0 +1,142 @@
+"""``/v1/audio/speech`` and ``/v1/models`` through the official ``openai`` SDK (a client nobody
+here wrote), against a real server with API keys, real workers and the real voice."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.audio.decoding import decode, rms
+from tests.gateway.serving import Server, bearer, write_keys
+from ttsvc.repository.layout import EngineVersion
+
+TEXT = "Hello from the other side of an OpenAI client."
+FORMATS = ["mp3", "opus", "flac", "wav", "pcm"]
+MEDIA = {"mp3": "audio/mpeg", "opus": "audio/ogg;codecs=opus", "flac": "audio/flac",
+         "wav": "audio/wav", "pcm": "audio/L16;rate=24000"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def keyed(
+    default_version: EngineVersion, engines_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Server, str]]:
+    key_file = tmp_path_factory.mktemp("openai-keys") / "keys"
+    key = write_keys(key_file, {"sdk-tests": {}})["sdk-tests"]
+    srv = Server(engines_root, "--workers", "1", "--api-keys-file", str(key_file),
+                 headers=bearer(key))  # fmt: skip
+    srv.wait_ready(1)
+    yield srv, key
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(keyed: tuple[Server, str]) -> Iterator[openai.OpenAI]:
+    server, key = keyed
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def reference_s(keyed: tuple[Server, str]) -> float:
+    """The text's duration from ``/synthesize`` (the same voice and noise, as a WAV)."""
+    r = keyed[0].synth(TEXT, stream=False)
+    assert r.status_code == 200, r.text
+    pcm, rate = decode(r.content, "wav")
+    return len(pcm) / rate
+
+
+def check_audio(data: bytes, fmt: str, reference_s: float) -> None:
+    pcm, rate = decode(data, fmt, 24000)
+    assert rate == 24000  # OpenAI's rate, for every format
+    assert rms(pcm) > 300
+    # the voice draws its durations with noise (OpenAI's API has no knob for it): within 20 %,
+    # plus MP3's encoder delay and padding
+    slack = 0.2 * reference_s + (0.13 if fmt == "mp3" else 0.0)
+    assert abs(len(pcm) / rate - reference_s) <= slack, (fmt, len(pcm) / rate, reference_s)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_sdk_streams_every_format(client: openai.OpenAI, reference_s: float, fmt: str) -> None:
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="alloy", input=TEXT, response_format=fmt  # type: ignore[arg-type]
+    ) as response:
+        assert response.headers["content-type"].startswith(MEDIA[fmt])
+        pieces = list(response.iter_bytes())
+    check_audio(b"".join(pieces), fmt, reference_s)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_sdk_whole_files_in_every_format(
+    client: openai.OpenAI, reference_s: float, fmt: str
+) -> None:
+    """Not streamed by the client, and (``stream: false``) sent as one file with exact sizes."""
+    response = client.audio.speech.create(
+        model="gpt-4o-mini-tts", voice="nova", input=TEXT, response_format=fmt,  # type: ignore[arg-type]
+        speed=1.0, extra_body={"stream": False},
+    )  # fmt: skip
+    check_audio(response.content, fmt, reference_s)
+
+
+def test_default_format_is_mp3_and_speed_shortens(
+    client: openai.OpenAI, reference_s: float
+) -> None:
+    response = client.audio.speech.create(model="tts-1", voice="echo", input=TEXT, speed=2.0)
+    assert response.response.headers["content-type"] == "audio/mpeg"
+    pcm, rate = decode(response.content, "mp3")
+    assert len(pcm) / rate < 0.7 * reference_s  # twice as fast: about half as long
+
+
+def test_our_own_voice_name_works(client: openai.OpenAI) -> None:
+    response = client.audio.speech.create(
+        model="tts-1-hd", voice="en_US-joe-medium", input="Mine.", response_format="wav"
+    )
+    assert decode(response.content, "wav")[1] == 24000
+
+
+def test_models_are_listed(client: openai.OpenAI) -> None:
+    ids = [m.id for m in client.models.list()]
+    assert {"tts-1", "tts-1-hd", "gpt-4o-mini-tts"} <= set(ids)
+    assert client.models.retrieve("tts-1").owned_by == "ttsvc"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("dall-e-3")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "param", "err_type"),
+    [
+        ({"response_format": "aac"}, openai.UnprocessableEntityError, "response_format",
+         "format_unavailable"),
+        ({"voice": "nobody"}, openai.NotFoundError, "voice", "unknown_voice"),
+        ({"model": "whisper-1"}, openai.NotFoundError, "model", "unknown_model"),
+        ({"input": "a" * 4097}, openai.UnprocessableEntityError, "input", "invalid_parameter"),
+        ({"speed": 4.5}, openai.UnprocessableEntityError, "speed", "invalid_parameter"),
+        ({"speed": 0.2}, openai.UnprocessableEntityError, "speed", "invalid_parameter"),
+        ({"stream_format": "sse"}, openai.UnprocessableEntityError, "stream_format",
+         "invalid_parameter"),
+        ({"input": "   "}, openai.UnprocessableEntityError, "input", "empty_text"),
+    ],
+)  # fmt: skip
+def test_errors_reach_the_sdk_in_openai_shape(
+    client: openai.OpenAI,
+    kwargs: dict[str, object],
+    error: type[openai.APIStatusError],
+    param: str,
+    err_type: str,
+) -> None:
+    args: dict[str, object] = {"model": "tts-1", "voice": "alloy", "input": "Hi.", **kwargs}
+    with pytest.raises(error) as raised:
+        client.audio.speech.create(**args)  # type: ignore[arg-type]
+    body = raised.value.body
+    assert isinstance(body, dict)
+    assert body["type"] == err_type and body["param"] == param and body["message"]
+
+
+def test_a_wrong_key_is_an_authentication_error(keyed: tuple[Server, str]) -> None:
+    server, _ = keyed
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-wrong", max_retries=0) as c:
+        with pytest.raises(openai.AuthenticationError) as raised:
+            c.audio.speech.create(model="tts-1", voice="alloy", input="Hi.")
+    assert raised.value.response.headers["www-authenticate"].startswith("Bearer")
