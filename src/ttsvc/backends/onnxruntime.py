@@ -8,23 +8,16 @@ sees a byte of them, so a truncated or altered file is refused with a message na
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-from ttsvc.backends.base import EngineSet, FloatArray, IntArray
+from ttsvc.backends.base import EngineSet, EngineSource, FloatArray, IntArray
 from ttsvc.errors import EngineError
 from ttsvc.protocol import EngineSpec
-from ttsvc.repository.manifest import (
-    Manifest,
-    cpu_fingerprint,
-    load_manifest,
-    read_checked,
-    read_verified,
-)
+from ttsvc.repository.manifest import Manifest, cpu_fingerprint
 from ttsvc.voice import VoiceConfig
 
 ACOUSTIC_FILE = "acoustic.onnx"
@@ -137,38 +130,17 @@ def check_fingerprint(directory: Path, manifest: Manifest) -> None:
 
 def load_engine_set(directory: Path, threads: int = 1) -> EngineSet:
     """Verify and load one engine version directory against its manifest."""
-    manifest = load_manifest(directory)
-    return _assemble(
-        manifest,
-        lambda name: read_verified(directory, manifest, name),
-        directory,
-        str(manifest.version),
-        threads,
-    )
+    return assemble(EngineSource.from_directory(directory), threads)
 
 
 def load_engine_spec(spec: EngineSpec, threads: int = 1) -> EngineSet:
     """Load the cached files an ``EngineSpec`` names, checking each against its hash."""
-    manifest = Manifest.model_validate_json(spec.manifest)
-    cache = Path(spec.cache_dir)
-
-    def read(name: str) -> bytes:
-        sha = spec.files.get(name)
-        if sha is None:
-            raise EngineError(f"{spec.source}: engine spec does not list {name}")
-        return read_checked(cache / sha, sha)
-
-    return _assemble(manifest, read, Path(spec.source), spec.label, threads)
+    return assemble(EngineSource.from_spec(spec), threads)
 
 
-def _assemble(
-    manifest: Manifest,
-    read: Callable[[str], bytes],
-    directory: Path,
-    label: str,
-    threads: int,
-) -> EngineSet:
+def assemble(source: EngineSource, threads: int) -> EngineSet:
     """Check compatibility, then parse each engine from bytes that were just verified."""
+    manifest, read, directory = source.manifest, source.read, source.directory
     if manifest.backend != "ort":
         raise EngineError(f"{directory}: built for backend {manifest.backend!r}, not 'ort'")
     check_fingerprint(directory, manifest)
@@ -193,5 +165,5 @@ def _assemble(
         manifest=manifest,
         voice=voice,
         path=directory,
-        label=label,
+        label=source.label,
     )
