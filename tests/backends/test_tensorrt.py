@@ -110,3 +110,12 @@ def test_calls_wider_than_a_profile_are_cut_into_windows(engine_set: EngineSet, 
 def test_windows_need_room_beside_the_context() -> None:
     with pytest.raises(EngineError, match="no room"):
         run_in_windows(lambda a: a, np.zeros((1, 2, 50), np.float32), 20, 10, 10, 1)
+
+
+def test_rebuild_command_when_the_acoustic_engine_stayed_on_onnxruntime(
+    default_version: EngineVersion,
+) -> None:
+    manifest = _trt_manifest(default_version)
+    manifest.profiles = {}
+    command = trtb.rebuild_command(manifest)
+    assert "--seq-len 512" in command and "--split-at flow" in command

@@ -187,7 +187,8 @@ def check_trt_fingerprint(directory: Path, manifest: Manifest, here: dict[str, s
 
 def rebuild_command(manifest: Manifest) -> str:
     """The ``ttsvc compile`` line that rebuilds ``manifest``'s plans with the same flags."""
-    seq_len = manifest.profiles.get("acoustic", {}).get("input", [[1, 1]] * 3)[2][-1]
+    # no acoustic profile when the acoustic engine stayed on ONNX Runtime: the CLI default
+    seq_len = manifest.profiles.get("acoustic", {}).get("input", [[1, 512]] * 3)[2][-1]
     fp16 = "fp16" if "fp16" in manifest.precision.values() else "fp32"
     return (
         f"ttsvc compile --backend trt --quantize {fp16} --max-batch {manifest.max_batch} "
@@ -461,7 +462,10 @@ class TrtEngine:
         self._idle: queue.SimpleQueue[_ExecutionSlot] = queue.SimpleQueue()
         self._slots: list[_ExecutionSlot] = []
         self._lock = threading.Lock()
-        weakref.finalize(self, _close_slots, self._slots)
+        # freed when the last engine set using this plan goes (a swapped-out version); not at
+        # interpreter exit, when CUDA may already be torn down and the process frees it anyway
+        finalizer = weakref.finalize(self, _close_slots, self._slots)
+        setattr(finalizer, "atexit", False)  # noqa: B010 - typeshed marks the documented flag read-only
 
     @property
     def slots(self) -> int:
@@ -484,7 +488,10 @@ class TrtEngine:
 
 def _close_slots(slots: list[_ExecutionSlot]) -> None:
     for slot in slots:
-        slot.close()
+        try:
+            slot.close()
+        except EngineError:  # a failing free must not raise from a finalizer; the log says it
+            _trt_logger().log(_import_trt().Logger.WARNING, "ttsvc: freeing a TensorRT slot failed")
 
 
 def deserialize(data: bytes, path: Path) -> TrtEngine:

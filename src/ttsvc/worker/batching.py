@@ -146,12 +146,14 @@ class BatchStreamScheduler(StreamScheduler):
         )
         for stream in fresh[: self.max_batch]:
             stream.started_at = time.monotonic()
+            started = time.perf_counter()
             try:
                 stream.steps = stream.synth.stream_steps(stream.job.text, self._params(stream))
             except Exception as exc:
                 self._fail(stream, exc, send)
                 continue
-            self._advance(stream, None, 0.0, send)
+            self._advance(stream, None, 0.0, send)  # front end + sentence engine run here
+            stream.compute_s += time.perf_counter() - started
 
     def _advance(
         self,
