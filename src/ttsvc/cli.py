@@ -34,7 +34,8 @@ def _add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--output-dir", type=Path, default=None, help="engine repository root")
     p.add_argument("--voice", default=None, help="voice name (default: checkpoint file stem)")
     p.add_argument("--quantize", choices=["fp32", "fp16", "int8"], default="fp32")
-    p.add_argument("--max-batch", type=int, default=1, help="TensorRT profile batch (trt only)")
+    p.add_argument("--max-batch", type=int, default=1,
+                   help="stream windows per TensorRT call (trt only; try 8)")  # fmt: skip
     p.add_argument("--seq-len", type=int, default=512, help="TensorRT profile phonemes (trt only)")
     p.add_argument("--backend", choices=["ort", "trt"], default="ort")
     p.add_argument(
@@ -168,6 +169,7 @@ def cmd_compile(args: argparse.Namespace, settings: Settings) -> int:
             backend=args.backend,
             split_at=args.split_at,
             min_snr_db=args.min_snr_db,
+            schedule=settings.schedule(),
             log=lambda msg: log.info("compile", detail=msg),
         )
     )
@@ -194,7 +196,7 @@ def resolve_engines(settings: Settings, voice: str) -> Path:
 
 def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
     from ttsvc.audio.wav import write_wav  # noqa: PLC0415
-    from ttsvc.backends.onnxruntime import load_engine_set  # noqa: PLC0415
+    from ttsvc.backends.loader import load_engine_set  # noqa: PLC0415
     from ttsvc.synthesis import SynthesisParams, Synthesizer  # noqa: PLC0415
 
     try:

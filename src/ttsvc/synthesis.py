@@ -10,8 +10,9 @@ starts early; later windows grow so the overlap's cost stays small against throu
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from typing import Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -133,6 +134,43 @@ class WindowSchedule:
 
 
 @dataclass(frozen=True)
+class FrameCall:
+    """A frame-engine run one stream waits for: ``inputs`` ``[1, C, T]`` through ``stage``.
+
+    The synthesizer yields these instead of calling the engine, so that on a GPU the worker can
+    gather the same call of several streams into one batched run; the answer sent back is the
+    engine's output for ``inputs`` (``[1, C, T]`` frames, or the flat samples of the vocoder).
+    """
+
+    stage: Literal["flow", "vocoder"]
+    inputs: FloatArray
+
+
+T = TypeVar("T")
+Steps = Generator["FrameCall | T", "FloatArray | None", None]
+"""Items of type ``T``, with the engine runs they need yielded as ``FrameCall``s in between."""
+
+
+def drive(steps: Steps[T], run: Callable[[FrameCall], FloatArray]) -> Iterator[T]:
+    """The items of ``steps``, answering each ``FrameCall`` at once with ``run``."""
+    answer: FloatArray | None = None
+    while True:
+        try:
+            item = steps.send(answer)
+        except StopIteration:
+            return
+        if isinstance(item, FrameCall):
+            answer = run(item)
+        else:
+            answer = None
+            yield item
+
+
+def _window(start: int, end: int, audio: FloatArray) -> tuple[int, int, FloatArray]:
+    return start, end, audio
+
+
+@dataclass(frozen=True)
 class AudioChunk:
     """A piece of an utterance's audio, in order."""
 
@@ -232,21 +270,32 @@ class Synthesizer:
         schedule: WindowSchedule | None = None,
     ) -> Iterator[FloatArray]:
         """Float audio of ``latents`` window by window; concatenated, it equals one-shot audio."""
-        for _, _, audio in self._windows(latents, schedule):
+        for _, _, audio in drive(self._window_steps(latents, schedule, _window), self.run_call):
             yield audio
 
-    def _windows(
+    def run_call(self, call: FrameCall) -> FloatArray:
+        """Run one frame-engine call at once, batch of one (the CPU path)."""
+        if call.stage == "flow":
+            assert self.engines.flow is not None
+            return self.engines.flow.frames(call.inputs)
+        return self.engines.vocoder.waveform(call.inputs)
+
+    def _window_steps(
         self,
         latents: FloatArray,
         schedule: WindowSchedule | None,
+        finish: Callable[[int, int, FloatArray], T],
         budget: Budget | None = None,
-    ) -> Iterator[tuple[int, int, FloatArray]]:
-        """``(start, end, audio)`` of each window.
+    ) -> Steps[T]:
+        """Each window as ``finish(start, end, audio)``, asking for engine runs as ``FrameCall``s.
 
         Each vocoder window reads decoder frames with its own context on each side. Those frames
         come from the flow, run just far enough ahead (with the flow's own context) and kept, so
         each frame goes through the flow once: the first time only as far as the first window
         needs, later in chunks of at least ``FLOW_CHUNK`` frames.
+
+        The engine runs are yielded rather than made here so that a GPU scheduler can batch the
+        same call of several streams (``worker.batching``); ``drive`` runs them one by one.
         """
         total = latents.shape[2]
         vctx, hop = self.vocoder_context, self.hop
@@ -258,15 +307,53 @@ class Synthesizer:
             if flow is not None and fctx is not None and done < need:
                 target = need if done == 0 else min(total, max(need, done + FLOW_CHUNK))
                 lo, hi = max(0, done - fctx.left), min(total, target + fctx.right)
-                piece = flow.frames(latents[:, :, lo:hi])[:, :, done - lo : target - lo]
+                out = yield FrameCall("flow", latents[:, :, lo:hi])
+                assert out is not None
+                piece = out[:, :, done - lo : target - lo]
                 if frames is None:
                     frames = np.empty((1, piece.shape[1], total), dtype=np.float32)
                 frames[:, :, done:target] = piece
                 done = target
             assert frames is not None
             lo, hi = max(0, start - vctx.left), min(total, end + vctx.right)
-            audio = self.engines.vocoder.waveform(frames[:, :, lo:hi])
-            yield start, end, audio[(start - lo) * hop : (end - lo) * hop]
+            audio = yield FrameCall("vocoder", frames[:, :, lo:hi])
+            assert audio is not None
+            yield finish(start, end, audio[(start - lo) * hop : (end - lo) * hop])
+
+    def stream_steps(
+        self,
+        text: str,
+        params: SynthesisParams | None = None,
+        schedule: WindowSchedule | None = None,
+        budget: Budget | None = None,
+    ) -> Steps[AudioChunk]:
+        """``stream`` as steps: PCM16 chunks, with the frame-engine runs they need yielded as
+        ``FrameCall``s for the caller to answer (one by one, or batched across streams)."""
+        params = params or SynthesisParams()
+        sentences = self.sentences(text)
+        silence = np.zeros(round(params.sentence_silence * self.sample_rate), np.int16)
+        offset = 0
+        schedule = schedule or self.schedule
+        for index, sentence in enumerate(sentences):
+            last_sentence = index == len(sentences) - 1
+            latents = self.latents(sentence.ids, params)
+            total = latents.shape[2]
+
+            def chunk(
+                _start: int, end: int, audio: FloatArray,
+                index: int = index, last: bool = last_sentence, total: int = total,
+            ) -> AudioChunk:  # fmt: skip
+                nonlocal offset
+                pcm = to_pcm16(audio)
+                sentence_end = end == total
+                if sentence_end and not last and len(silence):
+                    pcm = np.concatenate([pcm, silence])
+                out = AudioChunk(pcm, offset, index, last=last and sentence_end)
+                offset += len(pcm)
+                return out
+
+            # no look-ahead: each window is sent as soon as it is computed
+            yield from self._window_steps(latents, schedule, chunk, budget)
 
     def stream(
         self,
@@ -277,23 +364,7 @@ class Synthesizer:
     ) -> Iterator[AudioChunk]:
         """PCM16 chunks of ``text`` as soon as each window is computed (``budget``: see
         ``WindowSchedule.windows``)."""
-        params = params or SynthesisParams()
-        sentences = self.sentences(text)
-        silence = np.zeros(round(params.sentence_silence * self.sample_rate), np.int16)
-        offset = 0
-        schedule = schedule or self.schedule
-        for index, sentence in enumerate(sentences):
-            last_sentence = index == len(sentences) - 1
-            latents = self.latents(sentence.ids, params)
-            total = latents.shape[2]
-            # no look-ahead: each window is sent as soon as it is computed
-            for _, end, audio in self._windows(latents, schedule, budget):
-                pcm = to_pcm16(audio)
-                sentence_end = end == total
-                if sentence_end and not last_sentence and len(silence):
-                    pcm = np.concatenate([pcm, silence])
-                yield AudioChunk(pcm, offset, index, last=last_sentence and sentence_end)
-                offset += len(pcm)
+        return drive(self.stream_steps(text, params, schedule, budget), self.run_call)
 
     def synthesize(self, text: str, params: SynthesisParams | None = None) -> Pcm16:
         """The whole utterance at once (one-shot per sentence), with the same silences."""

@@ -106,6 +106,3 @@ def test_multiplexed_streams_are_exact_with_and_without_budgets(
             pcm = np.frombuffer(b"".join(pieces), dtype="<i2").astype(np.int32)
             assert len(pcm) == len(whole), (name, uid)
             assert np.max(np.abs(pcm - whole.astype(np.int32))) <= 33, (name, uid)
-    # the same audio in more pieces: windows were held to what the other stream had buffered
-    print({k: [len(v) for v in s.values()] for k, s in chunks.items()})
-    assert sum(map(len, chunks["budget"].values())) > sum(map(len, chunks["free"].values()))

@@ -7,14 +7,17 @@ its one compute thread.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from ttsvc.repository.manifest import Manifest
+from ttsvc.errors import EngineError
+from ttsvc.protocol import EngineSpec
+from ttsvc.repository.manifest import Manifest, load_manifest, open_checked, open_verified
 from ttsvc.voice import VoiceConfig
 
 FloatArray = npt.NDArray[np.float32]
@@ -44,6 +47,102 @@ class VocoderEngine(Protocol):
     def waveform(self, frames: FloatArray) -> FloatArray:
         """Return ``hop * T`` float samples in [-1, 1] for frames ``[1, C, T]``."""
         ...
+
+
+@runtime_checkable
+class BatchFlowEngine(Protocol):
+    """A flow engine that also runs windows of several streams in one call (GPU backends)."""
+
+    max_batch: int
+
+    def frames_batch(self, latents: FloatArray) -> FloatArray:
+        """Decoder frames ``[B, C, T]`` for latents ``[B, C, T]``, ``B <= max_batch``."""
+        ...
+
+
+@runtime_checkable
+class BatchVocoderEngine(Protocol):
+    """A vocoder engine that also runs windows of several streams in one call (GPU backends)."""
+
+    max_batch: int
+
+    def waveform_batch(self, frames: FloatArray) -> FloatArray:
+        """Samples ``[B, hop * T]`` for frames ``[B, C, T]``, ``B <= max_batch``."""
+        ...
+
+
+def run_in_windows(
+    run: Callable[[FloatArray], FloatArray],
+    x: FloatArray,
+    max_width: int,
+    left: int,
+    right: int,
+    scale: int,
+) -> FloatArray:
+    """``run(x)`` for an ``x`` wider (last axis) than ``run`` accepts, cut into windows.
+
+    A compiled plan accepts frames only up to its profile's maximum, but a whole-sentence call
+    (the canary, ``stream: false``) can be longer. Frame engines are convolutional with a
+    measured context, so overlapping windows cropped to their centre give the one-shot result;
+    ``scale`` is output samples per input frame along the last axis.
+    """
+    total = x.shape[-1]
+    if total <= max_width:
+        return run(x)
+    step = max_width - left - right
+    if step < 1:
+        raise EngineError(f"windows of {max_width} frames leave no room beside the context")
+    parts = []
+    for start in range(0, total, step):
+        end = min(total, start + step)
+        lo, hi = max(0, start - left), min(total, end + right)
+        out = run(np.ascontiguousarray(x[..., lo:hi]))
+        parts.append(out[..., (start - lo) * scale : (end - lo) * scale])
+    return np.concatenate(parts, axis=-1)
+
+
+@dataclass(frozen=True)
+class EngineSource:
+    """Where a loader gets an engine version's verified files: a version directory, or the
+    gateway's content-addressed cache through an ``EngineSpec``. Every file is checked against
+    a hash before any runtime parses a byte."""
+
+    manifest: Manifest
+    open_file: Callable[[str], BinaryIO]
+    """An open handle on a listed file whose content was just checked (the caller closes it):
+    parsing from the handle parses exactly what was hashed."""
+    directory: Path
+    """For messages: the version directory the engines came from."""
+    label: str
+
+    def read(self, name: str) -> bytes:
+        """The checked content of a listed file (for runtimes that parse from memory)."""
+        with self.open_file(name) as handle:
+            return handle.read()
+
+    @classmethod
+    def from_directory(cls, directory: Path) -> EngineSource:
+        """A published (or staged) version directory, checked against its manifest."""
+        manifest = load_manifest(directory)
+
+        def open_file(name: str) -> BinaryIO:
+            return open_verified(directory, manifest, name)
+
+        return cls(manifest, open_file, directory, str(manifest.version))
+
+    @classmethod
+    def from_spec(cls, spec: EngineSpec) -> EngineSource:
+        """The cached files an ``EngineSpec`` names, each checked against its hash."""
+        manifest = Manifest.model_validate_json(spec.manifest)
+        cache = Path(spec.cache_dir)
+
+        def open_file(name: str) -> BinaryIO:
+            sha = spec.files.get(name)
+            if sha is None:
+                raise EngineError(f"{spec.source}: engine spec does not list {name}")
+            return open_checked(cache / sha, sha)
+
+        return cls(manifest, open_file, Path(spec.source), spec.label)
 
 
 @dataclass(frozen=True)

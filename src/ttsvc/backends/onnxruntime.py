@@ -8,7 +8,6 @@ sees a byte of them, so a truncated or altered file is refused with a message na
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
@@ -16,16 +15,10 @@ from typing import BinaryIO
 import numpy as np
 import onnxruntime as ort
 
-from ttsvc.backends.base import EngineSet, FloatArray, IntArray
+from ttsvc.backends.base import EngineSet, EngineSource, FloatArray, IntArray
 from ttsvc.errors import EngineError
 from ttsvc.protocol import EngineSpec
-from ttsvc.repository.manifest import (
-    Manifest,
-    cpu_fingerprint,
-    load_manifest,
-    open_checked,
-    open_verified,
-)
+from ttsvc.repository.manifest import Manifest, cpu_fingerprint
 from ttsvc.voice import VoiceConfig
 
 ACOUSTIC_FILE = "acoustic.onnx"
@@ -149,49 +142,27 @@ def check_fingerprint(directory: Path, manifest: Manifest) -> None:
 
 def load_engine_set(directory: Path, threads: int = 1) -> EngineSet:
     """Verify and load one engine version directory against its manifest."""
-    manifest = load_manifest(directory)
-    return _assemble(
-        manifest,
-        lambda name: open_verified(directory, manifest, name),
-        directory,
-        str(manifest.version),
-        threads,
-    )
+    return assemble(EngineSource.from_directory(directory), threads)
 
 
 def load_engine_spec(spec: EngineSpec, threads: int = 1) -> EngineSet:
     """Load the cached files an ``EngineSpec`` names, checking each against its hash."""
-    manifest = Manifest.model_validate_json(spec.manifest)
-    cache = Path(spec.cache_dir)
-
-    def open_file(name: str) -> BinaryIO:
-        sha = spec.files.get(name)
-        if sha is None:
-            raise EngineError(f"{spec.source}: engine spec does not list {name}")
-        return open_checked(cache / sha, sha)
-
-    return _assemble(manifest, open_file, Path(spec.source), spec.label, threads)
+    return assemble(EngineSource.from_spec(spec), threads)
 
 
-def _assemble(
-    manifest: Manifest,
-    open_file: Callable[[str], BinaryIO],
-    directory: Path,
-    label: str,
-    threads: int,
-) -> EngineSet:
-    """Check compatibility, then parse each engine from a handle whose content was just verified."""
+def assemble(source: EngineSource, threads: int) -> EngineSet:
+    """Check compatibility, then parse each engine from a handle whose content was just checked."""
+    manifest, directory = source.manifest, source.directory
     if manifest.backend != "ort":
         raise EngineError(f"{directory}: built for backend {manifest.backend!r}, not 'ort'")
     check_fingerprint(directory, manifest)
     for name in (ACOUSTIC_FILE, VOCODER_FILE, VOICE_FILE):
         if name not in manifest.files:
             raise EngineError(f"{directory}: manifest does not list {name}")
-    with open_file(VOICE_FILE) as handle:
-        voice = VoiceConfig.from_piper(json.loads(handle.read().decode("utf-8")))
+    voice = VoiceConfig.from_piper(json.loads(source.read(VOICE_FILE).decode("utf-8")))
 
     def load(name: str) -> ort.InferenceSession:
-        with open_file(name) as handle:
+        with source.open_file(name) as handle:
             return create_session(directory / name, threads, handle)
 
     names = [n for n in (ACOUSTIC_FILE, VOCODER_FILE, FLOW_FILE) if n in manifest.files]
@@ -206,5 +177,5 @@ def _assemble(
         manifest=manifest,
         voice=voice,
         path=directory,
-        label=label,
+        label=source.label,
     )

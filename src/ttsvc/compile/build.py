@@ -32,9 +32,9 @@ from ttsvc.backends.onnxruntime import (
     load_engine_set,
     runtime_fingerprint,
 )
-from ttsvc.compile.split import GraphSplit, SplitPoint, split_model
+from ttsvc.compile.split import GraphSplit, SplitEngines, SplitPoint, split_model
 from ttsvc.config import DEFAULT_VOICE
-from ttsvc.errors import BackendUnavailable, GraphShapeError, InvalidParameter
+from ttsvc.errors import GraphShapeError, InvalidParameter
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.repository.manifest import (
     FileEntry,
@@ -44,6 +44,7 @@ from ttsvc.repository.manifest import (
     sha256_file,
     write_manifest,
 )
+from ttsvc.synthesis import WindowSchedule
 from ttsvc.text.frontend import TextFrontEnd
 from ttsvc.voice import HOP_LENGTH, VoiceConfig
 
@@ -86,6 +87,8 @@ class CompileOptions:
     backend: Backend = "ort"
     split_at: SplitPoint = "flow"
     min_snr_db: float = 30.0
+    schedule: WindowSchedule = field(default_factory=WindowSchedule)
+    """The serving window schedule: TensorRT profiles are sized to the windows it makes."""
     log: Callable[[str], None] = field(default=lambda _msg: None)
 
 
@@ -210,17 +213,16 @@ def calibrate_context(
 def compile_voice(opts: CompileOptions) -> EngineVersion:
     """Build, check and publish one engine version; returns where it was published."""
     if opts.backend == "trt":
-        raise BackendUnavailable(
-            "--backend trt builds TensorRT plans and needs an NVIDIA GPU with TensorRT 10; "
-            "it is not available in this build yet (see the GPU path issue). Use --backend ort."
-        )
-    if opts.quantize == "fp16":
+        from ttsvc.compile.trt import check_trt_options  # noqa: PLC0415
+
+        check_trt_options(opts.quantize, opts.max_batch, opts.seq_len)
+    elif opts.quantize == "fp16":
         raise InvalidParameter(
             "--quantize fp16 is for --backend trt: ONNX Runtime on CPU runs fp16 graphs slower "
             "than fp32. Use fp32 or int8 with --backend ort.",
             field="quantize",
         )
-    if opts.max_batch != 1:
+    if opts.max_batch != 1 and opts.backend == "ort":
         opts.log("note: --max-batch applies to TensorRT profiles; CPU engines run batch 1")
     voice_raw = json.loads(opts.config.read_text(encoding="utf-8"))
     voice = VoiceConfig.from_piper(voice_raw)
@@ -249,6 +251,9 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
 
         precision = {Path(name).stem: "fp32" for name in graphs}
         quality: dict[str, float] = {"one_shot_max_abs_error": reference.max_abs_error}
+        if opts.backend == "trt":
+            return _publish_trt(opts, repo, staging, version, engines, chain, reference,
+                                contexts, voice, quality)  # fmt: skip
         if opts.quantize == "int8":
             for filename in graphs:
                 engine = Path(filename).stem
@@ -261,7 +266,8 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
                     opts.log(f"{engine}: int8 rejected ({db:.1f} dB < {opts.min_snr_db} dB), fp32")
 
         files = {name: file_entry(staging / name) for name in [*graphs, VOICE_FILE]}
-        manifest = _manifest(opts, version, precision, voice, contexts, files, engines.split)
+        manifest = _manifest(opts, version, precision, voice, contexts, files, engines.split,
+                             {"onnx": onnx.__version__, **runtime_fingerprint()})  # fmt: skip
         manifest.latent_channels = int(reference.frames[0].shape[1])
         manifest.quality.update(quality)
         write_manifest(staging, manifest)
@@ -270,6 +276,56 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    opts.log(f"published {published.path}")
+    return published
+
+
+def _publish_trt(
+    opts: CompileOptions,
+    repo: EngineRepository,
+    staging: Path,
+    version: int,
+    engines: SplitEngines,
+    chain: _Chain,
+    reference: _Reference,
+    contexts: dict[str, FrameContext],
+    voice: VoiceConfig,
+    quality: dict[str, float],
+) -> EngineVersion:
+    """Build the plans into ``staging``, check them against the fp32 reference, publish.
+
+    Runs inside ``compile_voice``'s staging guard: any failure removes the staging directory.
+    """
+    from ttsvc.backends.loader import load_engine_set as load_any  # noqa: PLC0415
+    from ttsvc.compile import trt  # noqa: PLC0415
+
+    channels = int(reference.frames[0].shape[1])
+    build = trt.build_plans(
+        staging=staging, voice_dir=repo.root / opts.voice, engines=engines, contexts=contexts,
+        channels=channels, quantize=opts.quantize, max_batch=opts.max_batch,
+        seq_len=opts.seq_len, schedule=opts.schedule, log=opts.log,
+    )  # fmt: skip
+    files = {name: file_entry(staging / name) for name in [*build.files, VOICE_FILE]}
+    manifest = _manifest(opts, version, build.precision, voice, contexts, files, engines.split,
+                         {"onnx": onnx.__version__, **build.runtime})  # fmt: skip
+    manifest.latent_channels = channels
+    manifest.max_batch = opts.max_batch
+    manifest.profiles = build.profiles
+    manifest.quality.update(quality | build.quality)
+    write_manifest(staging, manifest)
+    plans = load_any(staging)  # loads exactly as workers will
+    scores = trt.plan_quality(plans, reference.ids, reference.latents, reference.frames,
+                              reference.audio, chain.flow, chain.vocoder, snr_db)  # fmt: skip
+    for key, db in sorted(scores.items()):
+        opts.log(f"{key.removesuffix('_snr_db')}: {db:.1f} dB SNR against fp32 ONNX Runtime")
+    low = {k: v for k, v in scores.items() if v < opts.min_snr_db}
+    if low:
+        raise GraphShapeError(
+            f"TensorRT plans fall below {opts.min_snr_db} dB SNR against ONNX Runtime: {low}"
+        )
+    manifest.quality.update(scores)
+    write_manifest(staging, manifest)
+    published = repo.publish(opts.voice, staging, version)
     opts.log(f"published {published.path}")
     return published
 
@@ -373,12 +429,12 @@ def _manifest(
     contexts: dict[str, FrameContext],
     files: dict[str, FileEntry],
     split: GraphSplit,
+    runtime: dict[str, str],
 ) -> Manifest:
-    runtime = {"onnx": onnx.__version__, **runtime_fingerprint()}
     return Manifest(
         voice=opts.voice,
         version=version,
-        backend="ort",
+        backend=opts.backend,
         precision=precision,
         sample_rate=voice.sample_rate,
         hop_length=voice.hop_length or HOP_LENGTH,

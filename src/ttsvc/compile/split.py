@@ -205,3 +205,30 @@ def _rename(model: onnx.ModelProto, names: dict[str, str]) -> None:
         for i, name in enumerate(node.output):
             if name in names:
                 node.output[i] = names[name]
+
+
+BATCH_AXIS = "batch"
+
+
+def with_batch_axis(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of a frame engine whose inputs and outputs have a symbolic batch axis 0.
+
+    Batching windows of several streams into one call needs axis 0 free. An exporter may have
+    fixed it to 1 (or left per-tensor ``unk__`` names that a TensorRT profile cannot tie
+    together); every window of a frame engine is independent along that axis (convolutions and
+    element-wise ops only: ``FRAME_LOCAL_OPS``), so naming it one symbol is safe. Intermediate
+    shape annotations are dropped because they may repeat the fixed 1; runtimes infer them again.
+    """
+    ops = {node.op_type for node in model.graph.node} - FRAME_LOCAL_OPS
+    if ops:
+        raise GraphShapeError(f"not a frame-local engine (has {sorted(ops)[:3]}): cannot batch it")
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for value in [*out.graph.input, *out.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        if not dims:
+            raise GraphShapeError(f"{value.name} has no shape: cannot give it a batch axis")
+        dims[0].ClearField("dim_value")
+        dims[0].dim_param = BATCH_AXIS
+    del out.graph.value_info[:]
+    return out

@@ -65,6 +65,10 @@ class Manifest(BaseModel):
     """The checkpoint the engines came from (name and sha256)."""
     quality: dict[str, float] = Field(default_factory=dict)
     """Quality checks run at compile time, e.g. SNR in dB of a quantized engine against fp32."""
+    max_batch: int = Field(1, ge=1)
+    """Most stream windows one frame-engine call may carry (TensorRT plans; 1 on CPU)."""
+    profiles: dict[str, dict[str, list[list[int]]]] = Field(default_factory=dict)
+    """TensorRT plans only: per engine, per input, its ``[min, opt, max]`` shape."""
     created_at: str
 
 

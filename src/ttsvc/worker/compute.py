@@ -16,7 +16,7 @@ from ttsvc.audio.resample import StreamResampler
 from ttsvc.errors import TTSError
 from ttsvc.observability.logs import get_logger
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
-from ttsvc.synthesis import AudioChunk, SynthesisParams, Synthesizer
+from ttsvc.synthesis import AudioChunk, FrameCall, Pcm16, Steps, SynthesisParams, Synthesizer
 
 log = get_logger("worker")
 
@@ -36,6 +36,10 @@ class _Stream:
     started_at: float | None = None
     """When its first step began (``arrived`` to here is its queue wait)."""
     resampler: StreamResampler | None = None
+    steps: Steps[AudioChunk] | None = None
+    """Batching scheduler only: the stream as steps (``Synthesizer.stream_steps``)."""
+    pending: FrameCall | None = None
+    """Batching scheduler only: the engine run the stream waits for."""
 
 
 class StreamScheduler:
@@ -98,48 +102,71 @@ class StreamScheduler:
             return None
         return share * min(ahead)
 
-    def _start(self, stream: _Stream) -> Iterator[AudioChunk]:
-        """Run the front end lazily, inside the stream's first step (its errors are its own)."""
+    def _params(self, stream: _Stream) -> SynthesisParams:
+        """The stream's synthesis parameters; sets up its resampler (first step only)."""
         job = stream.job
-        params = SynthesisParams(
+        rate = stream.synth.sample_rate
+        if job.sample_rate is not None and job.sample_rate != rate:
+            stream.resampler = StreamResampler(rate, job.sample_rate)
+        return SynthesisParams(
             speed=job.speed,
             noise_scale=job.noise_scale,
             noise_w=job.noise_w,
             sentence_silence=job.sentence_silence,
         )
-        rate = stream.synth.sample_rate
-        if job.sample_rate is not None and job.sample_rate != rate:
-            stream.resampler = StreamResampler(rate, job.sample_rate)
-        return stream.synth.stream(job.text, params, budget=lambda: self._budget(stream))
+
+    def _start(self, stream: _Stream) -> Iterator[AudioChunk]:
+        """Run the front end lazily, inside the stream's first step (its errors are its own)."""
+        return stream.synth.stream(
+            stream.job.text, self._params(stream), budget=lambda: self._budget(stream)
+        )
+
+    @staticmethod
+    def _resample(stream: _Stream, chunk: AudioChunk | None) -> Pcm16 | None:
+        if chunk is None:
+            return None
+        if stream.resampler is not None:
+            return stream.resampler.process(chunk.samples, chunk.last)
+        return chunk.samples
 
     def step(self, send: Callable[[FromWorker], None]) -> None:
         """Advance one stream by one window and send what it produced."""
         stream = self._next()
-        uid = stream.job.uid
         started = time.perf_counter()
         try:
             if stream.chunks is None:
                 stream.started_at = time.monotonic()
                 stream.chunks = self._start(stream)
             chunk = next(stream.chunks, None)
-            if chunk is None:
-                samples = None
-            elif stream.resampler is not None:
-                samples = stream.resampler.process(chunk.samples, chunk.last)
-            else:
-                samples = chunk.samples
-        except TTSError as exc:
-            del self.streams[uid]
-            log.info("stream_failed", uid=uid, error_type=exc.type)
-            send(StreamError(uid, exc.status, exc.type, exc.message, exc.field))
-            return
-        except Exception as exc:  # a bug must fail this stream, never the worker
-            del self.streams[uid]
-            log.exception("stream_crashed", uid=uid)
-            send(StreamError(uid, 500, "internal_error", f"synthesis failed: {type(exc).__name__}"))
+            samples = self._resample(stream, chunk)
+        except Exception as exc:
+            self._fail(stream, exc, send)
             return
         elapsed = time.perf_counter() - started
         stream.compute_s += elapsed
+        self._emit(stream, chunk, samples, elapsed, send)
+
+    def _fail(self, stream: _Stream, exc: Exception, send: Callable[[FromWorker], None]) -> None:
+        """End one stream with its error (call from an ``except`` block); a bug, not a
+        ``TTSError``, fails the stream, never the worker."""
+        uid = stream.job.uid
+        del self.streams[uid]
+        if isinstance(exc, TTSError):
+            log.info("stream_failed", uid=uid, error_type=exc.type)
+            send(StreamError(uid, exc.status, exc.type, exc.message, exc.field))
+            return
+        log.exception("stream_crashed", uid=uid)  # called from the except block: traceback
+        send(StreamError(uid, 500, "internal_error", f"synthesis failed: {type(exc).__name__}"))
+
+    def _emit(
+        self,
+        stream: _Stream,
+        chunk: AudioChunk | None,
+        samples: Pcm16 | None,
+        elapsed: float,
+        send: Callable[[FromWorker], None],
+    ) -> None:
+        """Send a chunk the stream produced (``None``: it has ended) and end it after its last."""
         if chunk is None or samples is None:
             self._done(stream, send)
             return
@@ -150,7 +177,8 @@ class StreamScheduler:
         queued = 0.0
         if stream.started_at is not None and stream.samples_sent == len(chunk.samples):
             queued = stream.started_at - stream.arrived  # the first chunk reports the wait
-        send(AudioChunkMsg(uid, pcm, chunk.offset, stream.synth.engines.label, elapsed, queued))
+        label = stream.synth.engines.label
+        send(AudioChunkMsg(stream.job.uid, pcm, chunk.offset, label, elapsed, queued))
         if chunk.last:
             self._done(stream, send)
 

@@ -16,7 +16,7 @@ from multiprocessing.connection import Connection
 
 import structlog
 
-from ttsvc.backends.onnxruntime import load_engine_spec
+from ttsvc.backends.loader import load_engine_spec
 from ttsvc.errors import EngineError
 from ttsvc.observability.logs import configure_logging
 from ttsvc.protocol import (
@@ -31,7 +31,7 @@ from ttsvc.protocol import (
     WorkerReady,
 )
 from ttsvc.synthesis import Synthesizer, WindowSchedule, canary_failure
-from ttsvc.worker.compute import StreamScheduler
+from ttsvc.worker.batching import scheduler_for
 
 HEARTBEAT_INTERVAL_S = 0.5
 STAGING_POLL_S = 0.05
@@ -75,7 +75,7 @@ def run_worker(
     configure_logging(log_level, sys.stdout)
     structlog.contextvars.bind_contextvars(worker=worker_id)
     synth = _load(spec, threads, schedule, max_sentence_chars)
-    scheduler = StreamScheduler(synth, multiplex)
+    scheduler = scheduler_for(synth, multiplex)  # batches windows only on engines that batch
 
     def send(msg: FromWorker) -> None:
         conn.send(msg)
