@@ -41,7 +41,7 @@ VALUES_SETS = {"defaults": {}} | {
     for p in sorted((CHART / "ci").glob("*-values.yaml"))
 }
 """Defaults plus every example under ci/ (chart-testing's convention): gpu, autoscaling on a TTS
-metric, on CPU and through KEDA, ServiceMonitor on, engines from the image."""
+metric, on CPU and through KEDA, ServiceMonitor on, engines from the image, API keys on."""
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +89,18 @@ def settings_configmap(objects: list[dict[str, Any]]) -> dict[str, str]:
     return data
 
 
+def settings_from(data: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The Settings the service builds from these variables and no other TTSVC_* ones."""
+    for key in [k for k in os.environ if k.startswith("TTSVC_")]:
+        monkeypatch.delenv(key)
+    for key, value in data.items():
+        monkeypatch.setenv(key, value)
+    return Settings()
+
+
 def test_values_sets_cover_what_the_issue_asks() -> None:
-    assert {"defaults", "gpu", "autoscaling-metric", "servicemonitor"} <= VALUES_SETS.keys()
+    assert {"defaults", "gpu", "autoscaling-metric", "servicemonitor",
+            "api-keys"} <= VALUES_SETS.keys()  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(VALUES_SETS))
@@ -201,13 +211,63 @@ def test_configmap_is_settings_the_service_accepts(
     data = settings_configmap(render(chart, VALUES_SETS[name]))
     fields = {f"TTSVC_{field.upper()}" for field in Settings.model_fields}
     assert set(data) <= fields, set(data) - fields
-    for key in [k for k in os.environ if k.startswith("TTSVC_")]:
-        monkeypatch.delenv(key)
-    for key, value in data.items():
-        monkeypatch.setenv(key, value)
-    settings = Settings()
+    settings = settings_from(data, monkeypatch)
     assert str(settings.engines_dir) == data["TTSVC_ENGINES_DIR"]
     assert settings.workers == int(data["TTSVC_WORKERS"])  # never the node's CPU count
+
+
+def test_api_keys_are_a_read_only_secret_directory(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Secret is mounted as a directory (a subPath mount never sees the Secret's updates, so
+    keys could not be rotated) and TTSVC_API_KEYS_FILE names the file inside that mount."""
+    for values, secret, key in (
+        (VALUES_SETS["api-keys"], "ttsvc-keys", "keys"),
+        ({"apiKeys": {"existingSecret": "tenant-keys", "key": "keys.txt"}}, "tenant-keys",
+         "keys.txt"),
+    ):  # fmt: skip
+        objects = render(chart, values)
+        pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+        (mount,) = [m for m in container(objects)["volumeMounts"] if m["name"] == "api-keys"]
+        assert mount["readOnly"] is True
+        assert "subPath" not in mount and "subPathExpr" not in mount
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "api-keys"]
+        assert volume["secret"]["secretName"] == secret
+        assert volume["secret"]["items"] == [{"key": key, "path": key}]
+        data = settings_configmap(objects)
+        assert data["TTSVC_API_KEYS_FILE"] == f"{mount['mountPath']}/{key}"
+        settings = settings_from(data, monkeypatch)
+        assert settings.api_keys_file is not None
+        assert settings.api_keys_file.parent.as_posix() == mount["mountPath"]
+        assert not settings.api_keys_file.is_relative_to(data["TTSVC_ENGINES_DIR"])
+
+
+def test_api_keys_are_off_by_default(chart: helm.Chart, monkeypatch: pytest.MonkeyPatch) -> None:
+    objects = render(chart, {})
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert "api-keys" not in {v["name"] for v in pod["volumes"]}
+    assert "api-keys" not in {m["name"] for m in container(objects)["volumeMounts"]}
+    data = settings_configmap(objects)
+    assert "TTSVC_API_KEYS_FILE" not in data
+    assert settings_from(data, monkeypatch).api_keys_file is None
+
+
+def test_list_and_map_settings_reach_the_service_as_json(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pydantic-settings parses list and dict fields from the env as JSON, not Go's %v text."""
+    wanted = {
+        "cors_origins": ["https://app.example.com", "http://localhost:3000"],
+        "voice_aliases": {"narrator": "en_US-joe-medium"},
+        "default_rpm": 120,
+        "default_audio_s_per_min": 12.5,
+    }
+    data = settings_configmap(render(chart, {"settings": wanted}))
+    assert json.loads(data["TTSVC_CORS_ORIGINS"]) == wanted["cors_origins"]
+    settings = settings_from(data, monkeypatch)
+    assert {name: getattr(settings, name) for name in wanted} == wanted
+    assert settings_from(settings_configmap(render(chart, {"settings": {"cors_origins": []}})),
+                         monkeypatch).cors_origins == []  # fmt: skip
 
 
 def test_schema_settings_are_settings_fields(chart: helm.Chart) -> None:
@@ -322,6 +382,16 @@ def test_dashboard_configmap_is_the_dashboard(chart: helm.Chart) -> None:
     ("values", "field"),
     [
         ({"settings": {"port": 8080}}, "/settings"),  # the chart owns the ports
+        ({"settings": {"api_keys_file": "/keys"}}, "/settings"),  # and the key file (apiKeys)
+        ({"settings": {"default_rpm": 0}}, "/settings/default_rpm"),
+        ({"settings": {"default_audio_s_per_min": -1}}, "/settings/default_audio_s_per_min"),
+        ({"settings": {"cors_origins": "https://app.example.com"}}, "/settings/cors_origins"),
+        ({"settings": {"cors_origins": ["https://app.example.com/"]}}, "/settings/cors_origins/0"),
+        ({"settings": {"voice_aliases": {"narrator": ""}}}, "/settings/voice_aliases"),
+        ({"apiKeys": {"existingSecret": "Tenant_Keys"}}, "/apiKeys/existingSecret"),
+        ({"apiKeys": {"key": "../keys"}}, "/apiKeys/key"),
+        ({"apiKeys": {"key": "..data"}}, "/apiKeys/key"),  # the kubelet's own name in the mount
+        ({"apiKeys": {"secret": "ttsvc-keys"}}, "/apiKeys"),  # a typo of existingSecret
         ({"settings": {"workers": "many"}}, "/settings/workers"),
         ({"settings": {"max_streams_per_worker": 0}}, "/settings/max_streams_per_worker"),
         ({"probes": {"readiness": {"periodSeconds": 0}}}, "/probes/readiness/periodSeconds"),

@@ -143,18 +143,36 @@ def test_metrics_are_not_served_on_the_api_port(run: Run) -> None:
 def test_dashboard_queries_only_use_exported_metrics(run: Run) -> None:
     dashboard = Path(__file__).parents[2] / "helm" / "ttsvc" / "dashboards" / "ttsvc.json"
     data = json.loads(dashboard.read_text(encoding="utf-8"))
-    exprs = [
-        t["expr"]
+    targets = [
+        t
         for panel in data["panels"]
         for t in panel.get("targets", [])
         if panel["datasource"]["type"] == "prometheus"
     ]
+    exprs = [t["expr"] for t in targets]
     assert exprs
     used = {m for e in exprs for m in re.findall(r"\bttsvc_[a-z_]+", e)}
     exported = set(run.families) | {
         f"{f}{suffix}" for f in run.families for suffix in ("_total", "_bucket", "_count", "_sum")
     }
     assert used <= exported, used - exported
+
+    # worker numbers restart at 0 in every pod: a query that keeps the worker label must keep
+    # the pod's too (Prometheus adds `pod` when it scrapes), or it adds up every pod's worker 0
+    per_worker = {name for name, labels in run.samples if "worker" in dict(labels)}
+    assert per_worker
+    kept = 0
+    for target in targets:
+        if not per_worker & set(re.findall(r"\bttsvc_[a-z_]+", target["expr"])):
+            continue
+        groupings = [{label.strip() for label in by.split(",")}
+                     for by in re.findall(r"\bby \(([^)]*)\)", target["expr"])]  # fmt: skip
+        assert groupings, target["expr"]  # explicit: a bare selector keeps labels unnamed
+        if any("worker" in grouping for grouping in groupings):
+            assert all("pod" in g for g in groupings if "worker" in g), target["expr"]
+            assert {"{{pod}}", "{{worker}}"} <= set(re.findall(r"{{\w+}}", target["legendFormat"]))
+            kept += 1
+    assert kept  # the per-worker panels exist
     loki = [t["expr"] for p in data["panels"] for t in p.get("targets", [])
             if p["datasource"]["type"] == "loki"]  # fmt: skip
     assert loki and all('event="request"' in e for e in loki)

@@ -57,6 +57,14 @@ margin for workers to stop. Computed so that it can never be shorter than preSto
 {{- add .Values.lifecycle.preStopSleepSeconds $drain .Values.lifecycle.shutdownMarginSeconds }}
 {{- end }}
 
+{{/*
+Where the API key Secret is mounted: a directory of its own, so the kubelet's symlink swap on a
+Secret update reaches the service (a subPath mount would keep the old file forever).
+*/}}
+{{- define "ttsvc.apiKeysDir" -}}
+/etc/ttsvc/keys
+{{- end }}
+
 {{/* Checks the schema cannot express (it compares no two values). */}}
 {{- define "ttsvc.validate" -}}
 {{- if eq (int .Values.ports.http) (int .Values.ports.metrics) }}
