@@ -31,15 +31,15 @@ class Settings(BaseSettings):
     """Voice used when a request names none."""
     threads: int = Field(1, ge=1, le=64)
     """ONNX Runtime intra-op threads per worker process."""
-    first_window_frames: int = Field(8, ge=1, le=256)
+    first_window_frames: int = Field(16, ge=1, le=256)
     """Frames in a sentence's first vocoder window: smaller starts audio sooner."""
     window_growth: float = Field(8.0, ge=1.0, le=64.0)
     """Growth factor of later windows."""
     max_window_frames: int = Field(512, ge=1, le=4096)
     """Largest vocoder window in frames."""
-    window_budget_share: float = Field(0.5, ge=0.0, le=1.0)
+    window_budget_share: float = Field(0.0, ge=0.0, le=1.0)
     """A window may compute for at most this share of the audio another stream on the same
-    worker still has buffered (0: no such cap; see ``WindowSchedule.budget_share``)."""
+    worker still has buffered (0, the default: no such cap; see ``WindowSchedule``)."""
     max_sentence_chars: int = Field(200, ge=20, le=2000)
     """Sentences longer than this are split at clauses for streaming."""
     max_text_chars: int = Field(4096, ge=1, le=100_000)

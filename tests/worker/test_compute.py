@@ -26,8 +26,9 @@ def job(uid: str, text: str = TEXT) -> SynthesisJob:
 
 @pytest.fixture(scope="module")
 def calibrated(engine_set: EngineSet) -> Synthesizer:
-    """A synthesizer that knows its cost per frame, as a worker's does (budgets need it)."""
-    synth = Synthesizer(engine_set, WindowSchedule())
+    """A synthesizer that knows its cost per frame, as a worker's does (budgets need it), with
+    window budgets turned on (they are off by default)."""
+    synth = Synthesizer(engine_set, WindowSchedule(budget_share=0.5))
     synth.calibrate()
     return synth
 
