@@ -16,13 +16,13 @@ CONTEXTS = {
 
 
 def _profiles(**kw: object) -> dict[str, list[TensorProfile]]:
-    args: dict[str, object] = {"max_batch": 8, "seq_len": 512, "schedule": WindowSchedule(),
+    args: dict[str, object] = {"max_batch": 8, "seq_len": 512, "schedule": WindowSchedule(first=8),
                                "contexts": CONTEXTS, "channels": 192}  # fmt: skip
     args.update(kw)
     return engine_profiles(**args)  # type: ignore[arg-type]
 
 
-def test_shapes_from_the_flags_and_the_default_schedule() -> None:
+def test_shapes_from_the_flags_and_an_8_frame_first_window() -> None:
     profiles = _profiles()
     assert set(profiles) == {"acoustic", "flow", "vocoder"}
     ids = {p.name: p for p in profiles["acoustic"]}
