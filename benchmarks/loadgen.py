@@ -109,11 +109,18 @@ class Record:
         return self.error is None
 
 
+REALTIME_TTFA_MS = 150.0
+"""A stream counts as real-time when its audio starts within this and never stalls."""
+
+
 def summarize_records(records: Sequence[Record], wall_s: float) -> dict[str, Any]:
     """The figures of one level: rates over ``wall_s``; latency and audio over ok requests only.
 
     Errors are counted by kind (``http_429``, an exception name, ``no_audio``,
     ``client_cap``). ``underrun_share`` is the fraction of ok streams with at least one underrun.
+    ``realtime_share`` is the fraction of all requests that were real-time streams: ok, first
+    audio within ``REALTIME_TTFA_MS``, no underrun (a whole WAV after 9 s never underruns, but
+    nobody would call it real-time).
     """
     ok = [r for r in records if r.ok]
     ttfa = [r.ttfa_ms for r in ok if r.ttfa_ms is not None]
@@ -143,6 +150,16 @@ def summarize_records(records: Sequence[Record], wall_s: float) -> dict[str, Any
         "underruns_total": sum(r.underruns for r in ok),
         "underrun_streams": underrun_streams,
         "underrun_share": underrun_streams / len(ok) if ok else None,
+        "realtime_share": (
+            sum(
+                1
+                for r in ok
+                if r.underruns == 0 and r.ttfa_ms is not None and r.ttfa_ms <= REALTIME_TTFA_MS
+            )
+            / len(records)
+            if records
+            else None
+        ),
     }
 
 

@@ -81,6 +81,13 @@ def test_summary_counts_errors_by_kind_and_uses_ok_requests_only() -> None:
     assert s["audio_s_per_s"] == pytest.approx(1.5)
     assert s["underrun_streams"] == 1
     assert s["underrun_share"] == pytest.approx(0.5)
+    # real-time: ok, first audio within 150 ms, no underrun; over all 5 requests sent
+    assert s["realtime_share"] == pytest.approx(1 / 5)
+
+
+def test_late_first_audio_is_not_realtime_even_without_underruns() -> None:
+    late = [rec(0, ttfa_ms=151.0, latency_ms=151.0, audio_s=2.0), rec(1, ttfa_ms=149.0)]
+    assert summarize_records(late, wall_s=1.0)["realtime_share"] == pytest.approx(0.5)
 
 
 def test_summary_of_nothing_has_no_percentiles() -> None:

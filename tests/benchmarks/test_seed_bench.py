@@ -1,5 +1,5 @@
 """The comparison benchmark's verdicts, from synthetic level rows: which level counts as
-"without underrun", which figure meets its target, and the gap when it does not."""
+real-time, which figure meets its target, and the gap when it does not."""
 
 from __future__ import annotations
 
@@ -10,21 +10,21 @@ import pytest
 from seed_bench import headline, verdicts
 
 
-def row(level: int, *, share: float = 0.0, errors: int = 0, **kw: Any) -> dict[str, Any]:
+def row(level: int, *, share: float = 1.0, errors: int = 0, **kw: Any) -> dict[str, Any]:
     base = {
         "system": "ttsvc", "kind": "closed", "level": level, "sent": 100, "ok": 100 - errors,
-        "errors": errors, "underrun_share": share, "ttfa_p50_ms": 20.0, "ttfa_p99_ms": 40.0,
+        "errors": errors, "realtime_share": share, "ttfa_p50_ms": 20.0, "ttfa_p99_ms": 40.0,
         "audio_s_per_s": 10.0, "qps": 4.0, "peak_rss_mib": 500.0, "peak_pss_mib": 400.0,
     }  # fmt: skip
     base.update(kw)
     return base
 
 
-def test_realtime_streams_is_the_last_level_of_an_unbroken_run_without_underruns() -> None:
-    rows = [row(1), row(2), row(4, share=0.005), row(8, share=0.2), row(16)]
+def test_realtime_streams_is_the_last_level_of_an_unbroken_run_of_realtime_levels() -> None:
+    rows = [row(1), row(2), row(4, share=0.995), row(8, share=0.8), row(16)]
     # 16 is clean again, but 8 broke the run: the figure is 4
     assert headline(rows, "ttsvc")["realtime_streams"] == 4
-    rows = [row(1), row(2, errors=1)]
+    rows = [row(1), row(2, share=0.9)]
     assert headline(rows, "ttsvc")["realtime_streams"] == 1
 
 

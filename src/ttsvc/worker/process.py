@@ -16,7 +16,6 @@ from multiprocessing.connection import Connection
 
 import structlog
 
-from ttsvc.backends.loader import load_engine_spec
 from ttsvc.errors import EngineError
 from ttsvc.observability.logs import configure_logging
 from ttsvc.protocol import (
@@ -45,6 +44,10 @@ def _load(spec: EngineSpec, threads: int, schedule: WindowSchedule,
     A swap passes the serving engines' measured cost per frame: the new set runs the same
     architecture on the same machine, and measuring again would compete with live streams.
     """
+    # imported here, in the worker: the gateway imports this module only to name the spawn
+    # target, and must not carry an inference runtime it never runs (20 MB RSS for ORT alone)
+    from ttsvc.backends.loader import load_engine_spec  # noqa: PLC0415
+
     synth = Synthesizer(load_engine_spec(spec, threads), schedule,
                         max_sentence_chars)  # fmt: skip
     failure = canary_failure(synth)  # also the warm-up: first runs allocate
