@@ -287,6 +287,60 @@ async def closed_loop(
     return records, time.perf_counter() - started, deadline_hit
 
 
+def playback_end_s(rec: Record) -> float:
+    """Seconds from a request's send until a real-time player finishes its audio: first audio,
+    plus every stall, plus the audio's own length (0 for a failed request)."""
+    if rec.ttfa_ms is None:
+        return 0.0
+    return (rec.ttfa_ms + rec.stall_ms) / 1000.0 + rec.audio_s
+
+
+async def paced_loop(
+    send: Send,
+    make: Callable[[int], Record],
+    streams: int,
+    planned: int,
+    max_seconds: float,
+    stagger_s: Sequence[float],
+) -> tuple[list[Record], float, bool]:
+    """``streams`` callers that each play their audio in real time before asking again.
+
+    A closed loop's client reads audio as fast as the server makes it, so four of them already
+    saturate a server that is 5x faster than real time; a voice bot's caller listens. Each
+    caller here starts after its ``stagger_s`` offset (so they do not all begin in the same
+    instant), sends, reads to the end, then waits (the scheduler's timer) until its audio would
+    have finished playing, and sends the next. Load is then about ``streams`` audio-seconds per
+    second, which is what "concurrent real-time streams" means.
+    """
+    records: list[Record] = []
+    next_index = 0
+    deadline_hit = False
+    started = time.perf_counter()
+    deadline = started + max_seconds
+
+    async def caller(offset: float) -> None:
+        nonlocal next_index, deadline_hit
+        await asyncio.sleep(offset)
+        while next_index < planned:
+            if time.perf_counter() >= deadline:
+                deadline_hit = True
+                return
+            index = next_index
+            next_index += 1
+            rec = make(index)
+            sent = time.perf_counter()
+            rec.start_s = sent - started
+            await send(index, rec)
+            records.append(rec)
+            wait = sent + playback_end_s(rec) - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+
+    await asyncio.gather(*(caller(stagger_s[i % len(stagger_s)]) for i in range(streams)))
+    records.sort(key=lambda r: r.index)
+    return records, time.perf_counter() - started, deadline_hit
+
+
 async def open_loop(
     send: Send, make: Callable[[int], Record], arrivals: Sequence[float]
 ) -> tuple[list[Record], float]:

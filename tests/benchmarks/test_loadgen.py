@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 
 import pytest
 
@@ -12,8 +13,10 @@ from loadgen import (
     Record,
     closed_loop,
     meets_slo,
+    paced_loop,
     percentile,
     playback,
+    playback_end_s,
     poisson_arrivals,
     summarize_records,
     text_draw,
@@ -145,6 +148,28 @@ def test_closed_loop_sends_each_planned_request_once_with_at_most_c_in_flight() 
     assert [r.index for r in records] == list(range(20))
     assert peak == 3
     assert not hit and wall >= 0
+
+
+def test_paced_callers_wait_for_playback_before_asking_again() -> None:
+    sent_at: dict[int, float] = {}
+    t0 = 0.0
+
+    async def synthetic_send(index: int, r: Record) -> None:
+        sent_at[index] = time.perf_counter() - t0
+        r.ttfa_ms, r.audio_s, r.stall_ms = 1.0, 0.05, 0.0  # 50 ms of audio, answered at once
+
+    async def main() -> tuple[list[Record], float, bool]:
+        nonlocal t0
+        t0 = time.perf_counter()
+        return await paced_loop(synthetic_send, lambda i: Record("x", 1, i, i, 20), 1, 4, 60.0,
+                                [0.0])  # fmt: skip
+
+    records, _, hit = asyncio.run(main())
+    assert [r.index for r in records] == [0, 1, 2, 3] and not hit
+    gaps = [b - a for a, b in itertools.pairwise([sent_at[i] for i in range(4)])]
+    assert all(gap >= 0.05 for gap in gaps)  # each next request after the 51 ms of playback
+    assert playback_end_s(records[0]) == pytest.approx(0.051)
+    assert playback_end_s(Record("x", 1, 9, 9, 20, error="http_429")) == 0.0
 
 
 def test_closed_loop_stops_sending_at_its_deadline() -> None:

@@ -22,10 +22,13 @@ def row(level: int, *, share: float = 1.0, errors: int = 0, **kw: Any) -> dict[s
 
 def test_realtime_streams_is_the_last_level_of_an_unbroken_run_of_realtime_levels() -> None:
     rows = [row(1), row(2), row(4, share=0.995), row(8, share=0.8), row(16)]
+    rows = [{**r, "kind": "paced"} for r in rows]
     # 16 is clean again, but 8 broke the run: the figure is 4
     assert headline(rows, "ttsvc")["realtime_streams"] == 4
-    rows = [row(1), row(2, share=0.9)]
+    rows = [{**row(1), "kind": "paced"}, {**row(2, share=0.9), "kind": "paced"}]
     assert headline(rows, "ttsvc")["realtime_streams"] == 1
+    # closed-loop clients read as fast as the server writes: they never count as real-time
+    assert headline([row(64)], "ttsvc")["realtime_streams"] is None
 
 
 def test_headline_takes_each_figure_from_its_level() -> None:
