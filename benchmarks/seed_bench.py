@@ -539,7 +539,7 @@ def versions() -> dict[str, str]:
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
-    """Flags; the defaults finish in about 8 minutes on a 2-core machine."""
+    """Flags; the defaults finish in about 10 minutes on a 2-core machine."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--systems", default="ttsvc,piper,traditional")
     p.add_argument("--levels", default="1,2,4,8,16,24,32,64",
@@ -551,7 +551,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--traditional-max-level", type=int, default=8)
     p.add_argument("--paced-levels", default="4,8,12,16,20,24,32",
                    help="real-time callers (each plays its audio before asking again)")
-    p.add_argument("--paced-seconds", type=float, default=12.0, help="time per paced level")
+    p.add_argument("--paced-seconds", type=float, default=20.0, help="time per paced level")
     p.add_argument("--paced-stagger", type=float, default=2.5,
                    help="callers start at random offsets within this many seconds")
     p.add_argument("--open-start", type=float, default=2.0, help="first Poisson rate, QPS")
