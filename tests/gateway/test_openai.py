@@ -86,8 +86,9 @@ def test_default_format_is_mp3_and_speed_shortens(
     response = client.audio.speech.create(model="tts-1", voice="echo", input=TEXT, speed=2.0)
     assert response.response.headers["content-type"] == "audio/mpeg"
     pcm, rate = decode(response.content, "mp3")
-    # twice as fast: well under the speed-1 length (not exactly half: every phoneme's frame
-    # count is rounded up, and mp3 adds its encoder delay and padding; measured 0.71)
+    # twice as fast: well under the speed-1 length, not half of it: durations are drawn with
+    # noise here (check_audio allows 20 % at equal speed), every phoneme's frame count is
+    # rounded up, and mp3 adds its delay and padding (one CI run measured 0.706)
     assert len(pcm) / rate < 0.8 * reference_s
 
 
