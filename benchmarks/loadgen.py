@@ -254,7 +254,14 @@ Send = Callable[[int, Record], Awaitable[None]]
 
 
 async def closed_loop(
-    send: Send, make: Callable[[int], Record], level: int, planned: int, max_seconds: float
+    send: Send,
+    make: Callable[[int], Record],
+    level: int,
+    planned: int,
+    max_seconds: float,
+    *,
+    listen: bool = False,
+    stagger_s: Sequence[float] = (0.0,),
 ) -> tuple[list[Record], float, bool]:
     """``level`` clients send back to back until ``planned`` requests or ``max_seconds`` run out.
 
@@ -262,6 +269,10 @@ async def closed_loop(
     same text for every system. After the deadline no new request starts; those in flight finish
     (bounded by the client's timeout). Returns the records, the wall time (start to last
     response) and whether the deadline stopped the level.
+
+    ``listen``: each client is a caller that plays its answer in real time before asking again
+    (``paced_loop``); client ``i`` starts after ``stagger_s[i]`` (cycled). The waits are the
+    scheduler's timer, which is what pacing is.
     """
     records: list[Record] = []
     next_index = 0
@@ -269,8 +280,10 @@ async def closed_loop(
     started = time.perf_counter()
     deadline = started + max_seconds
 
-    async def client_loop() -> None:
+    async def client_loop(offset: float) -> None:
         nonlocal next_index, deadline_hit
+        if offset > 0:
+            await asyncio.sleep(offset)
         while next_index < planned:
             if time.perf_counter() >= deadline:
                 deadline_hit = True
@@ -278,11 +291,15 @@ async def closed_loop(
             index = next_index
             next_index += 1
             rec = make(index)
-            rec.start_s = time.perf_counter() - started
+            sent = time.perf_counter()
+            rec.start_s = sent - started
             await send(index, rec)
             records.append(rec)
+            wait = sent + playback_end_s(rec) - time.perf_counter() if listen else 0.0
+            if wait > 0:
+                await asyncio.sleep(wait)
 
-    await asyncio.gather(*(client_loop() for _ in range(level)))
+    await asyncio.gather(*(client_loop(stagger_s[i % len(stagger_s)]) for i in range(level)))
     records.sort(key=lambda r: r.index)
     return records, time.perf_counter() - started, deadline_hit
 
@@ -306,39 +323,14 @@ async def paced_loop(
     """``streams`` callers that each play their audio in real time before asking again.
 
     A closed loop's client reads audio as fast as the server makes it, so four of them already
-    saturate a server that is 5x faster than real time; a voice bot's caller listens. Each
-    caller here starts after its ``stagger_s`` offset (so they do not all begin in the same
-    instant), sends, reads to the end, then waits (the scheduler's timer) until its audio would
-    have finished playing, and sends the next. Load is then about ``streams`` audio-seconds per
-    second, which is what "concurrent real-time streams" means.
+    saturate a server that is 5x faster than real time; a voice bot's caller listens. Callers
+    start at their ``stagger_s`` offsets (so they do not all begin in the same instant). Load is
+    then about ``streams`` audio-seconds per second, which is what "concurrent real-time
+    streams" means.
     """
-    records: list[Record] = []
-    next_index = 0
-    deadline_hit = False
-    started = time.perf_counter()
-    deadline = started + max_seconds
-
-    async def caller(offset: float) -> None:
-        nonlocal next_index, deadline_hit
-        await asyncio.sleep(offset)
-        while next_index < planned:
-            if time.perf_counter() >= deadline:
-                deadline_hit = True
-                return
-            index = next_index
-            next_index += 1
-            rec = make(index)
-            sent = time.perf_counter()
-            rec.start_s = sent - started
-            await send(index, rec)
-            records.append(rec)
-            wait = sent + playback_end_s(rec) - time.perf_counter()
-            if wait > 0:
-                await asyncio.sleep(wait)
-
-    await asyncio.gather(*(caller(stagger_s[i % len(stagger_s)]) for i in range(streams)))
-    records.sort(key=lambda r: r.index)
-    return records, time.perf_counter() - started, deadline_hit
+    return await closed_loop(
+        send, make, streams, planned, max_seconds, listen=True, stagger_s=stagger_s
+    )
 
 
 async def open_loop(
