@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +22,17 @@ from ttsvc.voice import VoiceConfig
 
 @pytest.fixture(scope="session")
 def engines_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("engines")
+    """A fresh engines directory for the session.
+
+    ``TTSVC_TEST_ENGINES`` may name a directory already holding the compiled default voice: it is
+    copied in (never used in place, tests may change their copy), which saves a developer the
+    compile on every run. CI leaves it unset and compiles, as a new user would.
+    """
+    root = tmp_path_factory.mktemp("engines")
+    prebuilt = os.environ.get("TTSVC_TEST_ENGINES")
+    if prebuilt:
+        shutil.copytree(prebuilt, root, dirs_exist_ok=True)
+    return root
 
 
 @pytest.fixture(scope="session")
