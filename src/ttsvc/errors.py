@@ -52,6 +52,13 @@ class TextTooLong(InvalidParameter):
     type = "text_too_long"
 
 
+class UnspeakableText(InvalidParameter):
+    """The phonemizer crashed or hung on the text. Only this request fails: the phonemizer runs in
+    its own process, which is replaced for the next request."""
+
+    type = "unspeakable_text"
+
+
 class FormatUnavailable(InvalidParameter):
     """A response format the API names but this build cannot encode (AAC: no libsndfile codec)."""
 

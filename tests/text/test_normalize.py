@@ -431,3 +431,56 @@ def test_fuzz_normalize_never_raises() -> None:
         assert "  " not in result
         assert not any(unicodedata.category(ch) in ("Cc", "Cf", "Cs") for ch in result), text
         assert has_speakable(text) == any(ch.isalnum() for ch in result)
+
+
+def _longest_dotted_chain(text: str) -> int:
+    """Most single letters joined by dots in one espeak-ng word ("a.b", "a .b", "a . b")."""
+    longest = chain = 0
+    for token in text.replace(" .", ".").replace(". ", ". | ").split():
+        if token == "|":
+            chain = 0
+            continue
+        parts = token.split(".")
+        for part in parts:
+            chain = chain + 1 if len(part) == 1 and part.isalpha() else 0
+            longest = max(longest, chain)
+    return longest
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a." * 90, ".A" * 90, " .b" * 90, "b . " * 90, "é." * 60, "𝐚." * 30, "a.," * 90, "a.b." * 50,
+     "Hello " + "a." * 90 + " world."],
+)  # fmt: skip
+def test_dotted_letter_chains_are_cut_short(text: str) -> None:
+    # espeak-ng spells such a chain from an 80-byte buffer and overflows it past ~20 letters
+    result = normalize(text)
+    assert _longest_dotted_chain(result) <= 8
+    assert sum(ch.isalpha() for ch in result) == sum(ch.isalpha() for ch in text)
+
+
+def test_dotted_letter_chain_breaks_with_a_comma() -> None:
+    assert normalize("a." * 10) == "a.a.a.a.a.a.a.a, a.a."
+
+
+@pytest.mark.parametrize("text", ["s'" * 80, "s?" * 80, "ness" * 80, "x" * 500, "ø" * 300])
+def test_words_are_cut_to_64_characters(text: str) -> None:
+    # one word that stacks suffixes ("s's's'...") overflows espeak-ng's 200-byte phoneme buffer
+    words = normalize(text).split()
+    assert max(len(w) for w in words) <= 64
+    assert "".join(words) == text
+
+
+def test_words_keep_their_combining_marks_when_cut() -> None:
+    words = normalize("q\u0303" * 40).split()
+    assert all(unicodedata.category(w[0])[0] != "M" for w in words)
+    assert max(len(w) for w in words) <= 64
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a. b. c. d. e. f. g. h. i. j. k. l.", "x.y.z", "a.b.c.d.e.f.g.h", "ж.б.в", "Ph.D",
+     "pneumonoultramicroscopicsilicovolcanoconiosis", "x" * 64],
+)  # fmt: skip
+def test_text_within_both_bounds_is_not_cut(text: str) -> None:
+    assert normalize(text) == text

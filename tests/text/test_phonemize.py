@@ -7,15 +7,20 @@ segmentation.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 from piper_phonemize import phoneme_ids_espeak, phonemize_espeak
 
+from ttsvc.errors import UnspeakableText
 from ttsvc.text.frontend import TextFrontEnd
 from ttsvc.text.normalize import normalize
-from ttsvc.text.phonemize import phoneme_ids, phonemize
+from ttsvc.text.phonemize import _ESPEAK, EspeakProcess, phoneme_ids, phonemize
 from ttsvc.voice import VoiceConfig
 
 CORPUS = [
@@ -67,3 +72,64 @@ def test_espeak_is_guarded_across_threads() -> None:
     for t in threads:
         t.join()
     assert all(results[i] == expected[t] for i, t in enumerate(texts))
+
+
+def test_a_crashing_text_fails_alone_and_the_next_call_works() -> None:
+    """Raw text, no normalization: espeak-ng really crashes on it, in the child process only."""
+    expected = phonemize("Still here.", "en-us")
+    first_child = _ESPEAK.pid
+    with pytest.raises(UnspeakableText) as excinfo:
+        phonemize("a." * 90, "en-us")
+    assert excinfo.value.status == 422 and excinfo.value.field == "text"
+    assert excinfo.value.type == "unspeakable_text"
+    assert phonemize("Still here.", "en-us") == expected
+    assert _ESPEAK.pid not in (None, first_child)  # a fresh child took over
+
+
+def test_a_hung_phonemizer_fails_the_call_and_is_replaced() -> None:
+    espeak = EspeakProcess(call_timeout_s=0.5)
+    try:
+        expected = espeak.sentences("Hello there.", "en-us")
+        hung = espeak.pid
+        assert hung is not None
+        os.kill(hung, signal.SIGSTOP)  # a real hang: the child never answers
+        with pytest.raises(UnspeakableText):
+            espeak.sentences("Hello there.", "en-us")
+        assert not Path(f"/proc/{hung}").exists()  # killed and reaped, not left stopped
+        assert espeak.sentences("Hello there.", "en-us") == expected
+    finally:
+        espeak.close()
+
+
+def test_crashes_do_not_disturb_other_threads() -> None:
+    """The compute loop and staging threads share one child: a crash between their calls must
+    not hand anyone a wrong answer or an error that was not theirs."""
+    texts = [f"Sentence number {w}." for w in ("one", "two", "three")] * 4
+    expected = {t: phonemize(t, "en-us") for t in set(texts)}
+    results: dict[int, object] = {}
+
+    def work(i: int, text: str) -> None:
+        try:
+            results[i] = phonemize(text, "en-us")
+        except UnspeakableText as exc:
+            results[i] = exc
+
+    poison = [threading.Thread(target=work, args=(-i - 1, "b." * 90)) for i in range(3)]
+    threads = [threading.Thread(target=work, args=(i, t)) for i, t in enumerate(texts)]
+    everyone = threads[:3] + poison + threads[3:]
+    for t in everyone:
+        t.start()
+    for t in everyone:
+        t.join()
+    assert all(isinstance(results[-i - 1], UnspeakableText) for i in range(3))
+    assert all(results[i] == expected[t] for i, t in enumerate(texts))
+
+
+def test_espeak_is_not_loaded_into_the_calling_process() -> None:
+    code = (
+        "import sys\n"
+        "from ttsvc.text.phonemize import phonemize\n"
+        "assert phonemize('Hello.', 'en-us')\n"
+        "assert 'piper_phonemize' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

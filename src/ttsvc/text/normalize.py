@@ -598,6 +598,83 @@ def _drop_unspeakable(text: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# espeak-ng guards. The espeak-ng 1.51 fork the voice was trained with keeps some per-word work in
+# fixed-size stack buffers and overflows them on shapes any client can type, killing the process
+# that runs it. The two shapes found are bounded here, far beyond any real word or abbreviation, so
+# text a person would write passes unchanged. ``ttsvc.text.phonemize`` contains whatever is left.
+
+_MAX_DOTTED_LETTERS = 8
+"""Single letters one dotted abbreviation may join ("a.b.c", ". b . c" alike). espeak-ng copies
+them into an 80-byte buffer to spell them; 8 letters of at most 4 UTF-8 bytes each stay far inside
+it, and real abbreviations ("U.S.A.", "R.S.V.P.") are shorter."""
+_MAX_WORD_CHARS = 64
+"""Longest run without whitespace handed to espeak-ng. One word that repeats a suffix ("s's's'",
+"s?s?s?") grows a 200-byte phoneme buffer by a few bytes per suffix; 32 two-character suffixes
+stay inside it. The longest English dictionary words have 45 letters."""
+_NON_SPACE_RUN_RE = re.compile(rf"\S{{{_MAX_WORD_CHARS + 1},}}")
+# Where espeak-ng ends a clause: punctuation right after a word and before a space ("b. c"). A dot
+# anywhere else between two single letters ("b.c", "b .c", "b . c") joins them into one word.
+_CLAUSE_END_RE = re.compile(r"\S[.,;:!?]\s")
+
+
+def _in_word(ch: str) -> bool:
+    return ch.isalnum() or unicodedata.category(ch)[0] == "M"
+
+
+def _bound_words(text: str) -> str:
+    """Cut every run of more than ``_MAX_WORD_CHARS`` non-space characters with spaces."""
+
+    def cut(match: re.Match[str]) -> str:
+        run, pieces, start = match.group(0), [], 0
+        while len(run) - start > _MAX_WORD_CHARS:
+            end = start + _MAX_WORD_CHARS
+            # keep combining marks with their base letter
+            while end - 1 > start and unicodedata.category(run[end])[0] == "M":
+                end -= 1
+            pieces.append(run[start:end])
+            start = end
+        pieces.append(run[start:])
+        return " ".join(pieces)
+
+    return _NON_SPACE_RUN_RE.sub(cut, text)
+
+
+def _bound_dotted_letters(text: str) -> str:
+    """Break chains of more than ``_MAX_DOTTED_LETTERS`` dot-joined single letters with ", ".
+
+    A single letter is one with no letter, digit or mark on either side. The comma ends espeak-ng's
+    clause, and with it the abbreviation it was collecting.
+    """
+    out: list[str] = []
+    copied = 0  # text[:copied] is in out
+    chain = 0
+    previous = -1  # index just past the previous single letter; -1: none yet
+    last = len(text) - 1
+    for i, ch in enumerate(text):
+        if not ch.isalpha() or (i > 0 and _in_word(text[i - 1])):
+            continue
+        if i < last and _in_word(text[i + 1]):
+            continue
+        link = text[previous:i] if previous >= 0 else ""
+        joined = (
+            "." in link
+            and not any(_in_word(c) for c in link)
+            and not _CLAUSE_END_RE.search(text[previous - 1 : i])
+        )
+        if not joined:
+            chain = 1
+        elif chain < _MAX_DOTTED_LETTERS:
+            chain += 1
+        else:
+            out.append(text[copied:previous])
+            out.append(", ")
+            copied, chain = i, 1
+        previous = i + 1
+    out.append(text[copied:])
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------------------------------
 # Public API.
 
 # Order matters: the specific forms (dates, times, money, ...) must see their digits before the
@@ -640,7 +717,8 @@ def normalize(text: str) -> str:
     text = _SPACE_BEFORE_PUNCT_RE.sub("", text)
     # "1,2,3" became "one,two,three": give the phonemizer the pause a reader would make.
     text = _WORD_COMMA_RE.sub(", ", text)
-    return unicodedata.normalize("NFC", text).strip()
+    text = unicodedata.normalize("NFC", text).strip()
+    return _bound_dotted_letters(_bound_words(text))
 
 
 def _speakable(normalized: str) -> bool:

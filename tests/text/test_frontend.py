@@ -1,0 +1,24 @@
+"""The front end on texts that crashed espeak-ng: normalization keeps every one of them away."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.text.poison import NEIGHBOURS, POISON
+from ttsvc.text.frontend import TextFrontEnd
+from ttsvc.text.phonemize import _ESPEAK
+from ttsvc.voice import VoiceConfig
+
+
+@pytest.mark.parametrize("max_sentence_chars", [200, 2000])
+@pytest.mark.parametrize("name", [*POISON, *NEIGHBOURS])
+def test_poison_never_reaches_espeak_in_a_crashing_shape(
+    name: str, max_sentence_chars: int, voice_config: VoiceConfig
+) -> None:
+    text = {**POISON, **NEIGHBOURS}[name]
+    _ESPEAK.sentences("warm", "en-us")
+    child = _ESPEAK.pid
+    # raises UnspeakableText if espeak-ng crashed on what normalization let through
+    sentences = TextFrontEnd(voice_config, max_sentence_chars).sentences(text)
+    assert sentences and all(len(s.ids) > 3 for s in sentences)
+    assert _ESPEAK.pid == child  # the same espeak-ng process answered: it never crashed
