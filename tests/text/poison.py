@@ -31,6 +31,8 @@ POISON: dict[str, str] = {
     "e.g.x240": "e.g." * 240,
     "ness.x80": "ness" * 80,
     "a's.x200": "a's" * 200,
+    "a.b-space.x60": "a.b. " * 60,  # a dot before a lowercase word does not end espeak's clause
+    "underscore-a.m.x150": "___a.m." * 150,
 }
 NEIGHBOURS: dict[str, str] = {
     "a.x80": "a." * 80,

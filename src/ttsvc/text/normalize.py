@@ -612,9 +612,10 @@ _MAX_WORD_CHARS = 64
 "s?s?s?") grows a 200-byte phoneme buffer by a few bytes per suffix; 32 two-character suffixes
 stay inside it. The longest English dictionary words have 45 letters."""
 _NON_SPACE_RUN_RE = re.compile(rf"\S{{{_MAX_WORD_CHARS + 1},}}")
-# Where espeak-ng ends a clause: punctuation right after a word and before a space ("b. c"). A dot
-# anywhere else between two single letters ("b.c", "b .c", "b . c") joins them into one word.
-_CLAUSE_END_RE = re.compile(r"\S[.,;:!?]\s")
+# Where espeak-ng may end a clause: punctuation right after a word and before a space. A dot ends
+# it only before a word that is not lowercase ("b. C"): "b. c" reads as an abbreviation going on,
+# as does a dot anywhere else between two single letters ("b.c", "b .c", "b . c").
+_CLAUSE_END_RE = re.compile(r"\S([.,;:!?])\s+")
 
 
 def _in_word(ch: str) -> bool:
@@ -639,6 +640,14 @@ def _bound_words(text: str) -> str:
     return _NON_SPACE_RUN_RE.sub(cut, text)
 
 
+def _ends_clause(text: str, start: int, end: int) -> bool:
+    """Whether espeak-ng may end a clause in ``text[start:end]`` (``text[end]`` is not a space)."""
+    return any(
+        m.group(1) != "." or not text[m.end()].islower()
+        for m in _CLAUSE_END_RE.finditer(text, start, end)
+    )
+
+
 def _bound_dotted_letters(text: str) -> str:
     """Break chains of more than ``_MAX_DOTTED_LETTERS`` dot-joined single letters with ", ".
 
@@ -659,7 +668,7 @@ def _bound_dotted_letters(text: str) -> str:
         joined = (
             "." in link
             and not any(_in_word(c) for c in link)
-            and not _CLAUSE_END_RE.search(text[previous - 1 : i])
+            and not _ends_clause(text, previous - 1, i)
         )
         if not joined:
             chain = 1
