@@ -6,6 +6,8 @@ that worker must finish whole, on the same worker process, with no worker death 
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,3 +91,25 @@ def test_poison_texts_leave_the_worker_and_its_other_stream_alone(server: Server
     assert streamed.shape == expected.shape
     # window sizes follow load, and windows agree with one-shot to ~1e-6: one PCM16 step apart
     assert np.abs(streamed.astype(np.int32) - expected).max() <= 1
+
+
+def _espeak_child(worker: int) -> int:
+    children = Path(f"/proc/{worker}/task/{worker}/children").read_text().split()
+    found = [int(pid) for pid in children
+             if b"espeak_child" in Path(f"/proc/{pid}/cmdline").read_bytes()]  # fmt: skip
+    assert len(found) == 1, "the worker runs espeak-ng in one child process"
+    return found[0]
+
+
+def test_a_hung_phonemizer_costs_one_request_a_422_not_the_worker(server: Server) -> None:
+    [worker] = server.worker_pids()
+    assert server.synth("Warm up first.").status_code == 200
+    hung = _espeak_child(worker)
+    os.kill(hung, signal.SIGSTOP)  # a real hang inside espeak-ng: its process never answers
+    r = server.client.post("/synthesize", json={"text": "Nobody will phonemize this one."})
+    assert r.status_code == 422, r.text
+    assert r.json()["type"] == "unspeakable_text" and r.json()["field"] == "text"
+    assert server.synth("The next request is served.").status_code == 200
+    assert server.worker_pids() == [worker]
+    assert _espeak_child(worker) != hung
+    assert "worker_died" not in "\n".join(server.log_lines())

@@ -8,6 +8,7 @@ segmentation.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -133,3 +134,19 @@ def test_espeak_is_not_loaded_into_the_calling_process() -> None:
         "assert 'piper_phonemize' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_child_killed_between_calls_is_replaced_without_failing_a_text() -> None:
+    espeak = EspeakProcess()
+    try:
+        expected = espeak.sentences("Hello there.", "en-us")
+        killed = espeak.pid
+        assert killed is not None
+        exited = os.pidfd_open(killed)  # readable once the process has exited
+        os.kill(killed, signal.SIGKILL)
+        assert select.select([exited], [], [], 30)[0]
+        os.close(exited)
+        assert espeak.sentences("Hello there.", "en-us") == expected
+        assert espeak.pid != killed
+    finally:
+        espeak.close()

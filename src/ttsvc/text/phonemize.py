@@ -74,6 +74,8 @@ class EspeakProcess:
         with self._lock:
             if self._owner != os.getpid():
                 self._conn = self._proc = None  # inherited through fork: the parent's child
+            elif self._proc is not None and self._proc.poll() is not None:
+                self._stop()  # died between calls (killed from outside): not this text's fault
             conn = self._conn if self._conn is not None else self._start()
             try:
                 conn.send_bytes(json.dumps([text, voice]).encode())
