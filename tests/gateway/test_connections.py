@@ -4,6 +4,7 @@ streams on meanwhile, longer than any of the deadlines."""
 
 from __future__ import annotations
 
+import json
 import re
 import selectors
 import socket
@@ -114,7 +115,9 @@ def test_slow_clients_are_closed_while_a_stream_goes_on(server: Server) -> None:
         open_slow(server, "nothing", 50)
         + open_slow(server, "half head", 50, first=HALF_HEAD)
         + open_slow(server, "trickled head", 50, first=HALF_HEAD, trickle=b"Type: text/plain")
-        + open_slow(server, "trickled body", 40, first=BODY_HEAD, trickle=b'{"text": "hello"')
+        + open_slow(server, "trickled body", 30, first=BODY_HEAD, trickle=b'{"text": "hello"')
+        + open_slow(server, "trickled OpenAI body", 10, trickle=b'{"input": "hello"',
+                    first=BODY_HEAD.replace(b"/synthesize", b"/v1/audio/speech"))
         + open_slow(server, "kept alive, half head", 10, first=LIVE, then=HALF_HEAD)
     )
     assert len(slow) == 200
@@ -143,10 +146,13 @@ def test_slow_clients_are_closed_while_a_stream_goes_on(server: Server) -> None:
     for s in slow:  # no request was read: nothing to answer
         if s.kind in ("nothing", "half head", "trickled head"):
             assert s.received == b"", s.kind
-    for s in slow:  # the app waited for the body: the connection answers for it
-        if s.kind == "trickled body":
+    for s in slow:  # the app waited for the body: the connection answers for it, in the
+        if "body" in s.kind:  # route's error shape
             assert s.received.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), s.received[:80]
-            assert b'"type": "request_timeout"' in s.received
+            body = json.loads(s.received.partition(b"\r\n\r\n")[2])
+            if "OpenAI" in s.kind:
+                body = {"error": body["error"]["message"], "type": body["error"]["type"]}
+            assert body["type"] == "request_timeout" and "body" in body["error"]
     for s in slow:  # the first request answered, the next head then closed like any other
         if s.kind.startswith("kept alive"):
             assert s.received.startswith(b"HTTP/1.1 200 OK") and s.received.count(b"HTTP/") == 1

@@ -14,7 +14,7 @@ This protocol bounds every phase in which the server waits on the client:
   nothing to answer (nginx does the same).
 * **body**: the whole body must be in within ``body_s`` of the head. A deadline on the whole
   body, not between reads, since a byte every few seconds never trips a per-read timer. The
-  client is answered 408 with the usual error body (unless the app already answered) and the
+  client is answered 408 with the route's error body (unless the app already answered) and the
   connection closed; the app's pending read sees a disconnect.
 
 A response being sent is not bounded here: a stream is as long as its audio, and a client that
@@ -36,6 +36,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
 from ttsvc.errors import RequestTimeout
+from ttsvc.gateway.openai_compat import openai_error
 from ttsvc.observability.logs import get_logger
 
 log = get_logger("connections")
@@ -136,7 +137,12 @@ class DeadlineH11Protocol(H11Protocol):
         self.transport.close()
 
     def _answer(self, error: RequestTimeout) -> None:
-        body = json.dumps(error.to_body()).encode()
+        shape = error.to_body()
+        # the error shape the route's clients read, as the app's handlers answer
+        if self.scope is not None and self.scope["path"].startswith("/v1/"):
+            body = json.dumps(openai_error(shape)).encode()
+        else:
+            body = json.dumps(shape).encode()
         headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
                    (b"content-length", str(len(body)).encode())]  # fmt: skip
         try:
