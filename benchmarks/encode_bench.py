@@ -1,8 +1,8 @@
 """Encoder cost: gateway CPU time per second of audio, per output format and rate.
 
 Encodes real speech from the default voice (synthesized once, resampled with soxr to each rate)
-in worker-sized chunks through ``ttsvc.audio.encode``, streamed, as the gateway does. Prints a
-markdown table; ``--json`` also writes the numbers. Run from the repository root:
+in worker-sized chunks through ``ttsvc.audio.encode``, streamed (FLAC whole), as the gateway
+does. Prints a markdown table; ``--json`` also writes the numbers. Run from the repository root:
 
     python benchmarks/encode_bench.py
 """
@@ -47,7 +47,7 @@ def main() -> int:
             chunks = [pcm[i : i + step].tobytes() for i in range(0, len(pcm), step)]
             costs, size = [], 0
             for _ in range(args.repeat):
-                encoder = Encoder(fmt, rate, streamed=True)
+                encoder = Encoder(fmt, rate, streamed=fmt.streams)
                 started = time.perf_counter()
                 size = sum(len(encoder.encode(c)) for c in chunks) + len(encoder.finish())
                 costs.append(time.perf_counter() - started)

@@ -74,6 +74,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--max-streams-per-worker", type=int, default=None)
     p.add_argument("--queue-timeout", type=float, default=None, dest="queue_timeout_s")
     p.add_argument("--drain-grace", type=float, default=None, dest="drain_grace_s")
+    p.add_argument("--idle-timeout", type=float, default=None, dest="idle_timeout_s",
+                   help="close a connection idle this long, new or kept alive (default 5 s)")
+    p.add_argument("--header-timeout", type=float, default=None, dest="header_timeout_s",
+                   help="a request's headers must arrive within this (default 10 s)")
+    p.add_argument("--body-timeout", type=float, default=None, dest="body_timeout_s",
+                   help="a request body must arrive within this of its headers; else 408 "
+                        "(default 10 s)")  # fmt: skip
     p.add_argument("--no-multiplex", action="store_false", default=None, dest="multiplex")
     p.add_argument("--window-budget-share", type=float, default=None,
                    help="share of a peer stream's buffered audio a window may take")  # fmt: skip
@@ -126,6 +133,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
              "metrics_port": "metrics_port",
              "max_streams_per_worker": "max_streams_per_worker",
              "queue_timeout_s": "queue_timeout_s", "drain_grace_s": "drain_grace_s",
+             "idle_timeout_s": "idle_timeout_s", "header_timeout_s": "header_timeout_s",
+             "body_timeout_s": "body_timeout_s",
              "multiplex": "multiplex", "window_budget_share": "window_budget_share",
              "api_keys_file": "api_keys_file",
              "default_rpm": "default_rpm", "default_audio_s_per_min": "default_audio_s_per_min",

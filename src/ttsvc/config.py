@@ -61,6 +61,15 @@ class Settings(BaseSettings):
     """Request bodies over this get 413."""
     drain_grace_s: float = Field(30.0, ge=0, le=3600)
     """On SIGTERM, how long in-flight streams get to finish."""
+    idle_timeout_s: float = Field(5.0, gt=0, le=3600)
+    """A connection with no request under way (new, or kept alive after a response) is closed
+    after this long without a byte (uvicorn's keep-alive, also bounding new connections)."""
+    header_timeout_s: float = Field(10.0, gt=0, le=3600)
+    """From its first byte, a request's line and headers must arrive within this, or the
+    connection is closed (slow-loris)."""
+    body_timeout_s: float = Field(10.0, gt=0, le=3600)
+    """A request body must arrive whole within this after its headers, or the request gets 408
+    and the connection is closed (a body trickled a byte at a time)."""
     worker_start_timeout_s: float = Field(120.0, gt=0, le=3600)
     """A worker that is not READY this long after its start is killed and respawned."""
     worker_silence_timeout_s: float = Field(10.0, gt=0, le=3600)

@@ -162,6 +162,14 @@ class PayloadTooLarge(TTSError):
     type = "payload_too_large"
 
 
+class RequestTimeout(TTSError):
+    """The request body did not arrive within its deadline (answered by the connection, not the
+    app: see ``gateway/connections.py``)."""
+
+    status = 408
+    type = "request_timeout"
+
+
 class QueueTimeout(TTSError):
     """No audio within the queue-wait deadline; the job was cancelled, never half-synthesized."""
 

@@ -1,15 +1,18 @@
-"""Output formats and rates on ``POST /synthesize``: a real server, real workers, the real voice."""
+"""Output formats and rates on ``POST /synthesize``: a real server, real workers, the real voice.
+Every whole response body is read back as clients read it, by ``soundfile.read`` and by FFmpeg."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
+import soundfile as sf
 
-from tests.audio.decoding import decode, rms, ulaw_to_pcm
+from tests.audio.decoding import decode, decode_both, decode_prefix, rms, ulaw_to_pcm
 from tests.gateway.serving import Server
 from ttsvc.audio.encode import FORMATS
 from ttsvc.repository.layout import EngineVersion
@@ -17,6 +20,7 @@ from ttsvc.repository.layout import EngineVersion
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
 TEXT = "Every format carries the same sentence."
 CASES = [(name, rate) for name, fmt in FORMATS.items() for rate in fmt.rates]
+STREAMING = [name for name, fmt in FORMATS.items() if fmt.streams]
 MEDIA = {"wav": "audio/wav", "pcm": "audio/L16", "mulaw": "audio/basic", "mp3": "audio/mpeg",
          "opus": "audio/ogg;codecs=opus", "flac": "audio/flac"}  # fmt: skip
 
@@ -52,8 +56,14 @@ def test_every_format_and_rate_decodes(
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith(MEDIA[name])
     assert r.headers["x-sample-rate"] == str(rate)
-    pcm, got_rate = decode(r.content, name, rate)
+    # streamed unless the format is whole-only: chunked, no length known up front
+    assert ("content-length" in r.headers) == (not FORMATS[name].streams)
+    pcm, got_rate = decode_both(r.content, name, rate)
     assert got_rate == rate
+    if name == "wav":  # streamed: sizes that mean "to the end", read so by both decoders
+        assert r.content[4:8] == r.content[40:44] == b"\xff\xff\xff\xff"
+    if name == "flac":  # whole: the sample count readers size their buffers by
+        assert sf.info(io.BytesIO(r.content)).frames == len(pcm)
     assert np.all(np.isfinite(pcm.astype(np.float64)))
     assert rms(pcm) > 300, "silent"
     duration = len(pcm) / rate
@@ -66,12 +76,22 @@ def test_whole_files_match_streams(server: Server, reference_s: float, name: str
     r = server.synth(TEXT, format=name, stream=False, **DET)
     assert r.status_code == 200, r.text
     assert r.headers["x-sample-rate"] == str(rate)
-    pcm, got_rate = decode(r.content, name, rate)
+    pcm, got_rate = decode_both(r.content, name, rate)
     assert got_rate == rate and rms(pcm) > 300
     assert abs(len(pcm) / rate - reference_s) <= slack_s(name, rate)
-    if name in ("wav", "pcm", "flac"):  # lossless: the same samples as the streamed response
+    if name in ("wav", "pcm", "flac"):  # lossless: the same samples as the default response
         streamed, _ = decode(server.synth(TEXT, format=name, **DET).content, name, rate)
         assert np.array_equal(pcm, streamed)
+
+
+def test_flac_refuses_to_stream(server: Server) -> None:
+    """A FLAC stream's header would carry an unknown sample count, which ``soundfile.read``
+    cannot read: asked to stream, FLAC says so and names the formats that do."""
+    r = server.synth("hi", format="flac", stream=True)
+    assert r.status_code == 422
+    body = r.json()
+    assert body["field"] == "stream" and body["type"] == "invalid_parameter"
+    assert all(name in body["error"] for name in STREAMING)
 
 
 def test_mulaw_round_trips_the_8khz_pcm(server: Server) -> None:
@@ -87,7 +107,7 @@ def test_mulaw_round_trips_the_8khz_pcm(server: Server) -> None:
     assert rms(ulaw_to_pcm(mulaw.content)) > 300
 
 
-@pytest.mark.parametrize("name", list(FORMATS))
+@pytest.mark.parametrize("name", STREAMING)
 def test_a_client_stopping_midway_holds_a_valid_stream(server: Server, name: str) -> None:
     text = "A listener hangs up halfway through this rather long answer. " * 6
     rate = FORMATS[name].default_rate or 22050
@@ -100,9 +120,7 @@ def test_a_client_stopping_midway_holds_a_valid_stream(server: Server, name: str
                 received += piece
                 if len(received) > 6000:
                     break  # hang up mid-stream
-    if name == "pcm":
-        received = received[: len(received) // 2 * 2]
-    pcm, got_rate = decode(received, name, rate)
+    pcm, got_rate = decode_prefix(received, name, rate)
     assert got_rate == rate and len(pcm) > 0 and rms(pcm) > 100
     server.wait_idle()  # the gateway noticed, cancelled the stream and freed its slot
 

@@ -3,13 +3,15 @@ here wrote), against a real server with API keys, real workers and the real voic
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
+import soundfile as sf
 
-from tests.audio.decoding import decode, rms
+from tests.audio.decoding import decode, decode_both, rms
 from tests.gateway.serving import Server, bearer, write_keys
 from ttsvc.repository.layout import EngineVersion
 
@@ -49,7 +51,8 @@ def reference_s(keyed: tuple[Server, str]) -> float:
 
 
 def check_audio(data: bytes, fmt: str, reference_s: float) -> None:
-    pcm, rate = decode(data, fmt, 24000)
+    """The whole body reads with ``soundfile.read`` and FFmpeg alike, at the text's length."""
+    pcm, rate = decode_both(data, fmt, 24000)
     assert rate == 24000  # OpenAI's rate, for every format
     assert rms(pcm) > 300
     # the voice draws its durations with noise (OpenAI's API has no knob for it): within 20 %,
@@ -78,6 +81,22 @@ def test_sdk_whole_files_in_every_format(
         speed=1.0, extra_body={"stream": False},
     )  # fmt: skip
     check_audio(response.content, fmt, reference_s)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_sdk_create_bodies_read_as_files(
+    client: openai.OpenAI, reference_s: float, fmt: str
+) -> None:
+    """What most SDK users write: ``create()`` with no extra fields, then the body handed to
+    ``soundfile.read`` (or saved and opened by ffmpeg). FLAC comes whole with its sample count:
+    libsndfile reads the "unknown" count of a FLAC stream as an endless file."""
+    response = client.audio.speech.create(
+        model="tts-1", voice="alloy", input=TEXT, response_format=fmt  # type: ignore[arg-type]
+    )
+    check_audio(response.content, fmt, reference_s)
+    if fmt == "flac":
+        assert sf.info(io.BytesIO(response.content)).frames == len(decode(response.content, fmt)[0])
+        assert response.response.headers["content-length"] == str(len(response.content))
 
 
 def test_default_format_is_mp3_and_speed_shortens(
@@ -120,6 +139,8 @@ def test_models_are_listed(client: openai.OpenAI) -> None:
         ({"stream_format": "sse"}, openai.UnprocessableEntityError, "stream_format",
          "invalid_parameter"),
         ({"input": "   "}, openai.UnprocessableEntityError, "input", "empty_text"),
+        ({"response_format": "flac", "extra_body": {"stream": True}},
+         openai.UnprocessableEntityError, "stream", "invalid_parameter"),
     ],
 )  # fmt: skip
 def test_errors_reach_the_sdk_in_openai_shape(

@@ -5,14 +5,19 @@ hand-written. An encoder takes PCM16 chunks as the worker sends them and returns
 bytes libsndfile produced so far, so a response can go out piece by piece:
 
 * **streamed**: libsndfile writes into a sink that hands new bytes on at once and drops its
-  late rewrites of the header (the FLAC sample count and MD5, MP3's Info frame, sizes). The
-  bytes already sent keep their placeholders, which the formats define as "unknown"/"stream", so
-  any prefix a client received is a valid stream: Ogg pages, MP3 frames and FLAC frames each
-  stand alone. MP3 is constant bit rate, so players that estimate length from the byte count
-  are right, and Ogg pages are cut every 50 ms of audio, not every second (libsndfile's default
-  page latency would hold the first audio back for a second).
+  late rewrites of the header (MP3's Info frame, sizes). The bytes already sent keep their
+  placeholders, which the formats define as "unknown"/"stream", so any prefix a client received
+  is a valid stream: Ogg pages and MP3 frames each stand alone, and readers take WAV's largest
+  sizes as "to the end". MP3 is constant bit rate, so players that estimate length from the
+  byte count are right, and Ogg pages are cut every 50 ms of audio, not every second
+  (libsndfile's default page latency would hold the first audio back for a second).
 * **whole** (``stream: false``): libsndfile writes into a seekable buffer, so the file gets its
   exact sizes, FLAC sample count and MP3 Info tag (encoder delay, for gapless decoders).
+
+FLAC is only ever whole (``OutputFormat.streams``): a FLAC stream's STREAMINFO must carry its
+sample count, and with the "unknown" count of a stream libsndfile reports an endless file, so
+``soundfile.read`` of a whole response fails. FLAC is an archival format, not a playback one:
+clients that play as audio arrives have WAV, PCM, µ-law, MP3 and Opus.
 
 Encoders are used from a worker thread of the gateway (encoding is CPU work and must stay off
 the event loop); one stream's calls never overlap, and a lock makes a late ``close`` safe.
@@ -57,10 +62,14 @@ class OutputFormat:
     """Rate when a request names none; ``None`` keeps the voice's own rate."""
     compression: float | None = None
     """libsndfile compression level (0-1): MP3 0.5 is ~80 kbit/s at 16-24 kHz and 160 at
-    44.1-48 kHz (CBR); FLAC 0.25 is libFLAC level 2, whose 1152-sample blocks flush a frame every
-    52 ms at 22050 Hz instead of every 186 ms at the default 4096; Opus 0.8 is ~61 kbit/s, where
-    libopus codes speech in its CELT mode at 14 ms of CPU per audio second, against 35 ms in the
-    hybrid mode of libsndfile's default ~40 kbit/s (measured: benchmarks/encode_bench.py)."""
+    44.1-48 kHz (CBR); FLAC 0.5 is libFLAC level 4 (4096-sample blocks: FLAC is sent whole, so
+    no frame needs flushing early), smaller than the lower levels at no more CPU; Opus 0.8 is
+    ~61 kbit/s, where libopus codes speech in its CELT mode at 14 ms of CPU per audio second,
+    against 35 ms in the hybrid mode of libsndfile's default ~40 kbit/s (measured:
+    benchmarks/encode_bench.py)."""
+    streams: bool = True
+    """Whether a response may be sent as it is encoded; ``False``: only as a whole file, whose
+    header holds what only the end knows and readers need (FLAC's sample count)."""
 
     def media_type(self, rate: int) -> str:
         """The Content-Type of a response in this format."""
@@ -96,7 +105,7 @@ FORMATS: dict[str, OutputFormat] = {
         OutputFormat("mulaw", "RAW", "ULAW", (MULAW_RATE,), MULAW_RATE),
         OutputFormat("mp3", "MP3", "MPEG_LAYER_III", _LIBRARY_RATES, None, 0.5),
         OutputFormat("opus", "OGG", "OPUS", _OPUS_LIBRARY_RATES, 24000, 0.8),
-        OutputFormat("flac", "FLAC", "PCM_16", _LIBRARY_RATES, None, 0.25),
+        OutputFormat("flac", "FLAC", "PCM_16", _LIBRARY_RATES, None, 0.5, streams=False),
     )
 }
 """Every format a response can have; the voice's 22050 Hz is no Opus rate, so Opus defaults to
@@ -148,6 +157,8 @@ class Encoder:
     def __init__(self, fmt: OutputFormat, rate: int, *, streamed: bool) -> None:
         if (why := fmt.rate_error(rate)) is not None:
             raise ValueError(why)
+        if streamed and not fmt.streams:
+            raise ValueError(f"{fmt.name} is encoded only as a whole file")
         self.format = fmt
         self.rate = rate
         self.streamed = streamed

@@ -76,7 +76,8 @@ class SynthesizeRequest(BaseModel):
     sentence_silence: float = Field(0.2, ge=0.0, le=5.0)
     sample_rate: int | None = None
     format: Literal["wav", "pcm", "mulaw", "mp3", "opus", "flac"] = "wav"
-    stream: bool = True
+    stream: bool | None = None
+    """Unset: streamed, except formats sent only whole (flac)."""
 
 
 @dataclass(frozen=True)
@@ -324,7 +325,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         fmt = FORMATS[body.format]
         order = SpeechOrder(body.text, body.speed, body.noise_scale, body.noise_w,
                             body.sentence_silence, _rate(fmt, body.sample_rate), fmt,
-                            body.stream, "synthesize")  # fmt: skip
+                            _streamed(fmt, body.stream), "synthesize")  # fmt: skip
         return await _synthesize(state, order, request)
 
     @app.post("/v1/audio/speech", dependencies=guarded)
@@ -339,7 +340,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
                                     "flac, wav or pcm", field="response_format")  # fmt: skip
         fmt = FORMATS[body.response_format]
         order = SpeechOrder(body.input, body.speed, None, None, 0.2, OPENAI_RATE, fmt,
-                            body.stream, "openai")  # fmt: skip
+                            _streamed(fmt, body.stream), "openai")  # fmt: skip
         return await _synthesize(state, order, request)
 
     @app.get("/v1/models", dependencies=guarded)
@@ -366,6 +367,22 @@ def _rate(fmt: OutputFormat, requested: int | None) -> int | None:
         )
     if (why := fmt.rate_error(requested)) is not None:
         raise InvalidParameter(why, field="sample_rate")
+    return requested
+
+
+def _streamed(fmt: OutputFormat, requested: bool | None) -> bool:
+    """Whether the response streams: as asked, else as the format allows. A whole-file format
+    refuses an explicit ``stream: true`` rather than ignore it: the client asked for audio as it
+    is made, and is told which formats give it."""
+    if requested is None:
+        return fmt.streams
+    if requested and not fmt.streams:
+        playable = ", ".join(name for name, f in FORMATS.items() if f.streams)
+        raise InvalidParameter(
+            f"{fmt.name} is sent only as a whole file (its header holds the sample count); "
+            f"formats that stream: {playable}",
+            field="stream",
+        )
     return requested
 
 

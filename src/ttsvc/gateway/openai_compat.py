@@ -42,8 +42,9 @@ class SpeechRequest(BaseModel):
     """Style prompts of OpenAI's newer models; this voice has no style control: ignored."""
     stream_format: Literal["audio"] = "audio"
     """OpenAI's ``sse`` (base64 audio events) is not offered: refused with a 422."""
-    stream: bool = True
-    """Ours: ``false`` sends one file with exact sizes (the default streams, as OpenAI does)."""
+    stream: bool | None = None
+    """Ours: ``false`` sends one file with exact sizes; unset streams as OpenAI does, except
+    flac, which is sent whole (its header must hold the sample count for readers)."""
 
 
 def openai_error(body: dict[str, str]) -> dict[str, object]:

@@ -13,6 +13,7 @@ import uvicorn
 
 from ttsvc.config import Settings
 from ttsvc.gateway.app import GatewayState, create_app
+from ttsvc.gateway.connections import ClientDeadlines, deadline_protocol
 from ttsvc.observability.logs import get_logger
 
 log = get_logger("server")
@@ -54,10 +55,20 @@ class DrainingServer(uvicorn.Server):
 def serve(settings: Settings, voice: str) -> int:
     """Run the gateway until drained; returns the process exit code."""
     app = create_app(settings, voice)
+    state: GatewayState = app.state.gateway
+    deadlines = ClientDeadlines(
+        settings.idle_timeout_s, settings.header_timeout_s, settings.body_timeout_s
+    )
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
+        # h11 with deadlines on every wait for the client (uvicorn's only bounds the idle time
+        # after a response): slow-loris sockets are closed, not kept forever
+        http=deadline_protocol(
+            deadlines, lambda phase: state.metrics.connection_timeouts.labels(phase).inc()
+        ),
+        timeout_keep_alive=settings.idle_timeout_s,  # type: ignore[arg-type]  # a float works
         log_config=None,  # logging is ours: uvicorn's records go through the JSON renderer
         access_log=True,
         lifespan="on",

@@ -48,6 +48,10 @@ class ServiceMetrics:
         self.cancellations = Counter("ttsvc_cancellations",
                                      "Streams cancelled because the client went away",
                                      registry=r)  # fmt: skip
+        self.connection_timeouts = Counter("ttsvc_connection_timeouts",
+                                           "Connections closed for keeping the server waiting, "
+                                           "by phase: idle, header or body",
+                                           ["phase"], registry=r)  # fmt: skip
         self.underruns = Counter("ttsvc_underruns",
                                  "Chunks that arrived after the audio before them would have "
                                  "finished playing in real time", registry=r)  # fmt: skip
