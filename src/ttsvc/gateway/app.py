@@ -245,7 +245,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
                 keys.stop()
             for task in tasks:
                 task.cancel()  # a rollout in progress must not hold up shutdown
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, *swapper.background, return_exceptions=True)
             if state.pool is not None:
                 await state.pool.close()
             if metrics_server is not None:

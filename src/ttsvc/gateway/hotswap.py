@@ -220,6 +220,11 @@ class EngineSwapper:
         for task in self._tasks:
             task.cancel()
 
+    @property
+    def background(self) -> list[asyncio.Task[None]]:
+        """Re-checks in progress (``stop`` cancels them; shutdown awaits them)."""
+        return list(self._tasks)
+
     async def watch(self) -> None:
         """React to changes under ``<root>/<voice>`` until stopped."""
         voice_dir = self.repo.root / self.voice
