@@ -89,8 +89,12 @@ class Settings(BaseSettings):
     comparable across machines (CPU vs GPU) and text lengths."""
     watch_polling: bool = False
     """Poll the engines directory instead of using inotify (for filesystems without events)."""
-    watch_settle_s: float = Field(0.1, gt=0, le=60)
-    """A replaced file is a candidate once its size and mtime stay unchanged this long."""
+    watch_settle_s: float = Field(5.0, gt=0, le=60)
+    """A file that differs from its manifest is judged once its size, mtime and inode have stayed
+    unchanged this long (one that matches is judged at once). Longer than the pauses of a
+    throttled copy (``rsync --bwlimit``, ``pv -L``, a slow network mount writing back in bursts
+    a second or more apart), so a half-copied file is never parsed or reported; the cost is only
+    this much delay for an in-place replacement that does not match its manifest."""
     swap_timeout_s: float = Field(120.0, gt=0, le=3600)
     """How long one worker may take to load and canary a candidate."""
     engine_cache_dir: Path | None = None

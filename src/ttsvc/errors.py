@@ -73,10 +73,27 @@ class UnknownVoice(TTSError):
 
 
 class EngineError(TTSError):
-    """An engine set could not be used: missing, altered, truncated or failing to load."""
+    """An engine set could not be used: missing, altered, truncated or failing to load.
+
+    ``message`` is the detail for the log (host paths, the runtime's own words). ``file`` and
+    ``reason``, where the raiser knows them, are what a client may be told (``GET /voices``):
+    the file's name and a short reason, nothing about the host.
+    """
 
     status = 503
     type = "engine_unavailable"
+
+    def __init__(
+        self, message: str, *, file: str | None = None, reason: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.file = file
+        self.reason = reason
+
+    def public(self) -> str:
+        """``file: reason`` for clients; a generic line when the raiser gave no reason."""
+        reason = self.reason or "could not be loaded (the server log has the detail)"
+        return f"{self.file}: {reason}" if self.file else reason
 
 
 class EngineIntegrityError(EngineError):

@@ -7,7 +7,7 @@ pickled array. Every stream ends in exactly one final message: ``StreamDone`` or
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,12 @@ class EnginesSwapped:
     label: str
     ok: bool
     reason: str = ""
+    """Why not, as clients may read it: a file name and a short reason, no host paths."""
     seq: int = 0
+    detail: str = ""
+    """Why not, for the log: paths and the runtime's own message."""
+    precision: dict[str, str] = field(default_factory=dict)
+    """Per engine, the precision the worker found in what it loaded (when ``ok``)."""
 
 
 ToWorker = SynthesisJob | CancelStream | SwapEngines | Shutdown

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ttsvc.backends.onnxruntime import load_engine_set
+from ttsvc.backends.onnxruntime import load_engine_set, load_engine_spec
 from ttsvc.errors import EngineError, EngineIntegrityError
+from ttsvc.repository.cache import EngineCache, snapshot
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest
 
@@ -66,5 +67,21 @@ def test_unparseable_engine_named_when_manifest_matches_it(copy: Path) -> None:
     manifest = load_manifest(copy)
     manifest.files["vocoder.onnx"] = file_entry(vocoder)
     write_manifest(copy, manifest)
-    with pytest.raises(EngineError, match=r"vocoder\.onnx"):
+    with pytest.raises(EngineError, match=r"vocoder\.onnx") as caught:
         load_engine_set(copy)
+    # what clients may see: the file's name and a short reason, no path, no runtime message
+    assert caught.value.public() == "vocoder.onnx: ONNX Runtime could not load it"
+
+
+def test_int8_vocoder_replaced_in_place_reports_int8(copy: Path, tmp_path: Path) -> None:
+    """A file replaced in place: the manifest says fp32, the loaded graph says int8."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415
+
+    quantize_dynamic(str(copy / "vocoder.onnx"), str(tmp_path / "int8.onnx"),
+                     weight_type=QuantType.QInt8)  # fmt: skip
+    shutil.copyfile(tmp_path / "int8.onnx", copy / "vocoder.onnx")
+    spec = snapshot(EngineCache(tmp_path / "cache"), copy, "v")
+    assert spec.replaced == ("vocoder.onnx",)
+    engines = load_engine_spec(spec)
+    assert load_manifest(copy).precision["vocoder"] == "fp32"
+    assert engines.precision == {"acoustic": "fp32", "flow": "fp32", "vocoder": "int8"}

@@ -139,7 +139,7 @@ def test_pod_contract(chart: helm.Chart, name: str) -> None:
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"http": settings.port, "metrics": settings.metrics_port}
 
-    for probe, path in (("readinessProbe", "/health"), ("startupProbe", "/health"),
+    for probe, path in (("readinessProbe", "/health"), ("startupProbe", "/live"),
                         ("livenessProbe", "/live")):  # fmt: skip
         assert c[probe]["httpGet"] == {"path": path, "port": "http"}
     assert c["readinessProbe"]["periodSeconds"] == 5

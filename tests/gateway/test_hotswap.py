@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +22,9 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.gateway.serving import Server, engines_state, wait_engines
+from tests.gateway.serving import HEALTH_POLLS, Server, engines_state, wait_engines
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest
 
@@ -55,12 +57,21 @@ def _silent(src: Path, dst: Path) -> None:
     onnx.save(model, str(dst))
 
 
+def _int8(src: Path, dst: Path) -> None:
+    """The vocoder with int8 weights, as ``ttsvc compile --quantize int8`` would keep it."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415
+
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+
+
 @pytest.fixture(scope="module")
 def candidates(default_version: EngineVersion, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("candidates")
     _variant(default_version.path / "acoustic.onnx", out / "acoustic-a.onnx", 1.001)
     _variant(default_version.path / "acoustic.onnx", out / "acoustic-b.onnx", 0.999)
+    _variant(default_version.path / "vocoder.onnx", out / "vocoder-b.onnx", 0.999)
     _silent(default_version.path / "vocoder.onnx", out / "vocoder-silent.onnx")
+    _int8(default_version.path / "vocoder.onnx", out / "vocoder-int8.onnx")
     return out
 
 
@@ -80,15 +91,28 @@ def server_factory(engines: Path) -> Iterator[list[Server]]:
         srv.stop()
 
 
-def _start(engines: Path, started: list[Server], workers: int = 1) -> Server:
-    srv = Server(engines, "--workers", str(workers), env={"TTSVC_COMPILE_DEFAULT_VOICE": "0"})
+SETTLE_S = "0.5"
+"""Tests' settle window: their copies do not pause (the burst test keeps the default)."""
+
+
+def _start(
+    engines: Path, started: list[Server], workers: int = 1, *, ready: bool = True,
+    settle_s: str | None = SETTLE_S,
+) -> Server:  # fmt: skip
+    env = {"TTSVC_COMPILE_DEFAULT_VOICE": "0"}
+    if settle_s is not None:
+        env["TTSVC_WATCH_SETTLE_S"] = settle_s
+    srv = Server(engines, "--workers", str(workers), env=env)
     started.append(srv)
-    srv.wait_ready(workers)
+    if ready:
+        srv.wait_ready(workers)
     return srv
 
 
-def _publish(engines: Path, replace: dict[str, Path], runtime: dict[str, str] | None = None) -> int:
-    """Publish a new version the way `ttsvc compile` does: staging directory, manifest, rename."""
+def _publish(engines: Path, replace: dict[str, Path], runtime: dict[str, str] | None = None,
+             content: dict[str, Path] | None = None) -> int:  # fmt: skip
+    """Publish a new version the way `ttsvc compile` does: staging directory, manifest, rename.
+    ``content`` puts other bytes under a name than its manifest entry describes (a fault)."""
     repo = EngineRepository(engines)
     latest = repo.latest(VOICE)
     assert latest is not None
@@ -103,6 +127,8 @@ def _publish(engines: Path, replace: dict[str, Path], runtime: dict[str, str] | 
         manifest.files[name] = file_entry(staging / name)
     if runtime:
         manifest.runtime.update(runtime)
+    for name, path in (content or {}).items():
+        shutil.copyfile(path, staging / name)
     write_manifest(staging, manifest)
     repo.publish(VOICE, staging, version)
     return version
@@ -228,6 +254,8 @@ def test_bad_candidate_is_refused_and_old_engine_keeps_serving(
     state = wait_engines(srv, lambda s: s["reloads"].get("rejected") == 1, f"{fault} refused")
     assert state["current"] == "1" and "ok" not in state["reloads"]
     assert reason in str(state["last_error"])
+    # clients get a file name and a short reason; host paths and runtime messages stay in logs
+    assert "/" not in str(state["last_error"]) and "ONNXRuntimeError" not in str(state)
     assert srv.client.get("/health").status_code == 200
     r = srv.synth("The old engine still answers.", **DET)
     assert r.status_code == 200 and r.headers["x-engine-version"] == "1"
@@ -290,3 +318,163 @@ def test_ten_alternating_swaps_end_on_the_last_with_bounded_memory(
     assert rss[-1] - rss[3] < 150 * 1024  # memory settles: old engines are released
     cached = json.loads(json.dumps(engines_state(srv)))  # the state is plain JSON
     assert cached["current"] == labels[-1]
+
+
+def _events(srv: Server, event: str) -> list[dict[str, object]]:
+    """The server's JSON log lines of one event."""
+    lines = [json.loads(ln) for ln in srv.log_lines() if ln.startswith("{")]
+    return [ln for ln in lines if ln.get("event") == event]
+
+
+def _wait_up(srv: Server) -> None:
+    """Probe /live until the gateway answers (bounded); fail if the server exits meanwhile."""
+    for _ in range(HEALTH_POLLS):
+        assert srv.proc.poll() is None, f"server exited: {srv.log_tail()}"
+        try:
+            if httpx.get(f"{srv.url}/live", timeout=0.1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        try:  # block on the child for a moment instead of sleeping
+            srv.proc.wait(timeout=0.1)
+        except subprocess.TimeoutExpired:
+            pass
+    raise AssertionError("server never answered")
+
+
+def _replace_atomically(target: Path, data: bytes) -> None:
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(target)
+
+
+def _gauge(srv: Server, name: str) -> list[dict[str, str]]:
+    """The label sets of a gauge's series that are set (value 1) on the server."""
+    text = httpx.get(srv.metrics_url, timeout=10).text
+    return [sample.labels for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name == name and sample.value == 1]  # fmt: skip
+
+
+def test_start_serves_the_newest_good_version_and_reports_a_truncated_one(
+    engines: Path, server_factory: list[Server], candidates: Path
+) -> None:
+    version = _publish(engines, {"acoustic.onnx": candidates / "acoustic-a.onnx"})
+    acoustic = engines / VOICE / str(version) / "acoustic.onnx"
+    whole = acoustic.read_bytes()
+    acoustic.write_bytes(whole[: len(whole) // 2])
+    srv = _start(engines, server_factory)  # before the fix: workers crash-looped on version 2
+    state = wait_engines(srv, lambda s: s["rejected"], "version 2 reported")
+    assert state["current"] == "1"
+    assert state["rejected"] == [{"version": 2, "file": "acoustic.onnx",
+                                  "reason": f"size {len(whole) // 2} bytes, the manifest says "
+                                            f"{len(whole)}"}]  # fmt: skip
+    assert str(engines) not in json.dumps(state)
+    r = srv.synth("Served by the older version.", **DET)
+    assert r.status_code == 200 and r.headers["x-engine-version"] == "1"
+    assert [(e["version"], e["file"]) for e in _events(srv, "engine_rejected")] == [
+        (2, "acoustic.onnx")
+    ]
+    assert _events(srv, "engine_candidate") == []  # no worker was handed version 2
+    refused = {"voice": VOICE, "version": "2", "file": "acoustic.onnx"}
+    assert _gauge(srv, "ttsvc_engine_rejected") == [refused]
+    # still watching: once the file is whole, version 2 serves and the report clears
+    _replace_atomically(acoustic, whole)
+    state = wait_engines(srv, lambda s: s["current"] == "2", "version 2 once whole")
+    assert state["rejected"] == [] and state["reloads"] == {"rejected": 1, "ok": 1}
+    assert _gauge(srv, "ttsvc_engine_rejected") == []
+
+
+def test_no_good_version_keeps_the_gateway_up_until_one_appears(
+    engines: Path, server_factory: list[Server]
+) -> None:
+    acoustic = engines / VOICE / "1" / "acoustic.onnx"
+    whole = acoustic.read_bytes()
+    acoustic.write_bytes(whole[: len(whole) // 3])
+    srv = _start(engines, server_factory, ready=False)
+    _wait_up(srv)
+    state = wait_engines(srv, lambda s: s["rejected"], "version 1 reported")
+    assert state["current"] is None
+    assert state["rejected"] == [{"version": 1, "file": "acoustic.onnx",
+                                  "reason": f"size {len(whole) // 3} bytes, the manifest says "
+                                            f"{len(whole)}"}]  # fmt: skip
+    health = srv.client.get("/health")
+    assert health.status_code == 503 and health.json()["status"] == "no_verified_engine"
+    refused = srv.synth("Nothing to say it with yet.")
+    assert refused.status_code == 503 and refused.json()["type"] == "engine_unavailable"
+    assert srv.worker_pids() == []  # no worker was started on bytes its manifest disproves
+    _replace_atomically(acoustic, whole)
+    srv.wait_ready(1)
+    r = srv.synth("Now there is an engine.", **DET)
+    assert r.status_code == 200 and r.headers["x-engine-version"] == "1"
+    assert engines_state(srv)["rejected"] == []
+
+
+@pytest.mark.parametrize("older", [True, False], ids=["older-version", "only-version"])
+def test_a_file_missing_at_start_does_not_stop_the_gateway(
+    engines: Path, server_factory: list[Server], candidates: Path, older: bool
+) -> None:
+    version = _publish(engines, {"acoustic.onnx": candidates / "acoustic-a.onnx"}) if older else 1
+    vocoder = engines / VOICE / str(version) / "vocoder.onnx"
+    backup = vocoder.with_name("vocoder.onnx.bak")
+    vocoder.rename(backup)  # the operator's `mv`; the `cp` has not started (before: exit 3)
+    srv = _start(engines, server_factory, ready=older)
+    if older:
+        assert engines_state(srv)["current"] == "1"
+    else:
+        _wait_up(srv)
+        health = srv.client.get("/health")
+        assert health.status_code == 503 and health.json()["status"] == "no_verified_engine"
+    shutil.copyfile(backup, vocoder)  # the `cp` (of the same bytes here)
+    wait_engines(srv, lambda s: s["current"] == str(version), f"version {version}")
+    srv.wait_ready(1)
+    r = srv.synth("The copy finished.", **DET)
+    assert r.status_code == 200 and r.headers["x-engine-version"] == str(version)
+
+
+def test_a_new_version_not_matching_its_manifest_is_refused_unparsed(
+    engines: Path, server_factory: list[Server], candidates: Path
+) -> None:
+    srv = _start(engines, server_factory)
+    _publish(engines, {"acoustic.onnx": candidates / "acoustic-a.onnx"},
+             content={"acoustic.onnx": candidates / "acoustic-b.onnx"})  # fmt: skip
+    state = wait_engines(srv, lambda s: s["reloads"].get("rejected") == 1, "version 2 refused")
+    assert state["current"] == "1" and state["reloads"] == {"rejected": 1}
+    assert state["rejected"] == [
+        {"version": 2, "file": "acoustic.onnx", "reason": "sha256 does not match the manifest"}
+    ]
+    assert _events(srv, "engine_candidate") == []  # a valid model, but never handed to a worker
+    assert srv.synth("Still the first.", **DET).headers["x-engine-version"] == "1"
+
+
+def test_a_copy_in_paced_bursts_is_judged_once_when_complete(
+    engines: Path, server_factory: list[Server], candidates: Path
+) -> None:
+    srv = _start(engines, server_factory, settle_s=None)  # the default settle window
+    target = engines / VOICE / "1" / "vocoder.onnx"
+    data = (candidates / "vocoder-b.onnx").read_bytes()
+    target.rename(target.with_name("vocoder.onnx.bak"))
+    burst = 1 << 20
+    with target.open("wb") as out:  # 1 MiB each second, as a throttled copy writes
+        for start in range(0, len(data), burst):
+            if start:
+                threading.Event().wait(1.0)  # the writer's pacing (fault injection)
+            out.write(data[start : start + burst])
+            out.flush()
+            os.fsync(out.fileno())
+    state = wait_engines(srv, lambda s: str(s["current"]).startswith("1+"), "the copied vocoder")
+    assert state["reloads"] == {"ok": 1}  # never judged half-copied: no rejection, one reload
+    assert len(_events(srv, "engine_candidate")) == 1
+    assert _events(srv, "engine_rejected") == []
+
+
+def test_int8_vocoder_replaced_in_place_reports_its_real_precision(
+    engines: Path, server_factory: list[Server], candidates: Path
+) -> None:
+    srv = _start(engines, server_factory)
+    (info,) = _gauge(srv, "ttsvc_engine_info")
+    assert info["precision"] == "acoustic:fp32/flow:fp32/vocoder:fp32"
+    _mv_cp(engines / VOICE / "1", "vocoder.onnx", candidates / "vocoder-int8.onnx")
+    state = wait_engines(srv, lambda s: str(s["current"]).startswith("1+"), "the int8 vocoder")
+    assert state["reloads"] == {"ok": 1}
+    (info,) = _gauge(srv, "ttsvc_engine_info")  # the fp32 series is gone
+    assert info["precision"] == "acoustic:fp32/flow:fp32/vocoder:int8"

@@ -8,7 +8,7 @@ its one compute thread.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 
@@ -114,6 +114,9 @@ class EngineSource:
     directory: Path
     """For messages: the version directory the engines came from."""
     label: str
+    replaced: tuple[str, ...] = ()
+    """Files whose bytes differ from their manifest entry (replaced in place): what the manifest
+    says of them (their precision) may not hold."""
 
     def read(self, name: str) -> bytes:
         """The checked content of a listed file (for runtimes that parse from memory)."""
@@ -139,10 +142,14 @@ class EngineSource:
         def open_file(name: str) -> BinaryIO:
             sha = spec.files.get(name)
             if sha is None:
-                raise EngineError(f"{spec.source}: engine spec does not list {name}")
-            return open_checked(cache / sha, sha)
+                raise EngineError(f"{spec.source}: engine spec does not list {name}", file=name,
+                                  reason="not in the engine set")  # fmt: skip
+            try:
+                return open_checked(cache / sha, sha)
+            except EngineError as exc:  # name the engine file, not its cache entry
+                raise type(exc)(exc.message, file=name, reason=exc.reason) from exc
 
-        return cls(manifest, open_file, Path(spec.source), spec.label)
+        return cls(manifest, open_file, Path(spec.source), spec.label, spec.replaced)
 
 
 @dataclass(frozen=True)
@@ -158,8 +165,16 @@ class EngineSet:
     path: Path
     label: str
     """The engine version as clients see it (response header, logs, metrics)."""
+    measured_precision: dict[str, str] = field(default_factory=dict)
+    """Per engine, the precision read from the loaded graph where the manifest cannot say (a
+    file replaced in place)."""
 
     @property
     def version(self) -> int:
         """The manifest's numeric version."""
         return self.manifest.version
+
+    @property
+    def precision(self) -> dict[str, str]:
+        """Per engine, the precision it really runs in."""
+        return {**self.manifest.precision, **self.measured_precision}

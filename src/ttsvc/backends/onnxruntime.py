@@ -62,7 +62,8 @@ def create_session(
             providers=["CPUExecutionProvider"],
         )
     except Exception as exc:  # ORT raises its own untyped exceptions for bad graphs
-        raise EngineError(f"{path}: ONNX Runtime could not load it: {exc}") from exc
+        raise EngineError(f"{path}: ONNX Runtime could not load it: {exc}", file=path.name,
+                          reason="ONNX Runtime could not load it") from exc  # fmt: skip
 
 
 def _parse_source(handle: BinaryIO) -> str | bytes:
@@ -115,6 +116,33 @@ class OrtVocoder:
         return np.asarray(out[0], dtype=np.float32).reshape(-1)
 
 
+QUANTIZED_OPS = frozenset({
+    "MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "QuantizeLinear",
+    "DequantizeLinear", "QLinearConv", "QLinearMatMul",
+})  # fmt: skip
+"""Operators only a quantized graph has (``quantize_dynamic`` and static quantization)."""
+
+
+def graph_precision(handle: BinaryIO) -> str:
+    """The precision a graph really computes in, from its operators and weight types.
+
+    For a file replaced in place, whose manifest entry no longer describes it. Parsed here in
+    the worker, from the verified handle, after ONNX Runtime accepted the same bytes; only the
+    graph's structure is looked at, and it is dropped at once.
+    """
+    import onnx  # noqa: PLC0415 - only for files replaced in place; workers rarely need it
+
+    model = onnx.load_model(handle, load_external_data=False)
+    weights = {init.data_type for init in model.graph.initializer}
+    ops = {node.op_type for node in model.graph.node}
+    del model
+    if ops & QUANTIZED_OPS or weights & {onnx.TensorProto.INT8, onnx.TensorProto.UINT8}:
+        return "int8"
+    if onnx.TensorProto.FLOAT16 in weights:
+        return "fp16"
+    return "fp32"
+
+
 def runtime_fingerprint() -> dict[str, str]:
     """What a fully optimized ONNX Runtime graph is specific to: runtime version and CPU."""
     return {"onnxruntime": ort.__version__, **cpu_fingerprint()}
@@ -136,7 +164,9 @@ def check_fingerprint(directory: Path, manifest: Manifest) -> None:
             f"{directory}: built for {built.get('machine')} / onnxruntime "
             f"{built.get('onnxruntime')}, this is {here['machine']} / onnxruntime "
             f"{here['onnxruntime']}: recompile on this machine with "
-            f"`ttsvc compile --checkpoint <voice.onnx> --voice {manifest.voice}`"
+            f"`ttsvc compile --checkpoint <voice.onnx> --voice {manifest.voice}`",
+            file="manifest.json",
+            reason="built for another machine or ONNX Runtime release: recompile it here",
         )
 
 
@@ -161,14 +191,20 @@ def assemble(source: EngineSource, threads: int) -> EngineSet:
             raise EngineError(f"{directory}: manifest does not list {name}")
     voice = VoiceConfig.from_piper(json.loads(source.read(VOICE_FILE).decode("utf-8")))
 
-    def load(name: str) -> ort.InferenceSession:
+    def load(name: str) -> tuple[ort.InferenceSession, str | None]:
         with source.open_file(name) as handle:
-            return create_session(directory / name, threads, handle)
+            session = create_session(directory / name, threads, handle)
+            if name not in source.replaced:
+                return session, None  # the manifest, which its hash matched, says the precision
+            handle.seek(0)
+            return session, graph_precision(handle)
 
     names = [n for n in (ACOUSTIC_FILE, VOCODER_FILE, FLOW_FILE) if n in manifest.files]
     # hashing and session creation release the GIL: the engines load side by side
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="engine-load") as pool:
-        sessions = dict(zip(names, pool.map(load, names), strict=True))
+        loaded = dict(zip(names, pool.map(load, names), strict=True))
+    sessions = {name: session for name, (session, _) in loaded.items()}
+    measured = {Path(n).stem: p for n, (_, p) in loaded.items() if p is not None}
     flow = sessions.get(FLOW_FILE)
     return EngineSet(
         acoustic=OrtAcoustic(sessions[ACOUSTIC_FILE]),
@@ -178,4 +214,5 @@ def assemble(source: EngineSource, threads: int) -> EngineSet:
         voice=voice,
         path=directory,
         label=source.label,
+        measured_precision=measured,
     )

@@ -34,6 +34,7 @@ from ttsvc.config import Settings
 from ttsvc.errors import (
     Busy,
     Draining,
+    EngineError,
     FormatUnavailable,
     InvalidParameter,
     PayloadTooLarge,
@@ -57,7 +58,7 @@ from ttsvc.gateway.ratelimit import KeyRateLimiter, Quota, Ticket
 from ttsvc.observability.logs import get_logger
 from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.pool.supervisor import Mailbox, WorkerPool, WorkerSpec
-from ttsvc.protocol import AudioChunkMsg, StreamDone, StreamError, SynthesisJob
+from ttsvc.protocol import AudioChunkMsg, EngineSpec, StreamDone, StreamError, SynthesisJob
 from ttsvc.repository.cache import EngineCache
 
 log = get_logger("gateway")
@@ -196,6 +197,22 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         loop = asyncio.get_running_loop()
         state.balancer = HeatScoreBalancer(settings.balancer_settings(), time.monotonic)
         scratch = settings.engine_cache_dir or Path(tempfile.mkdtemp(prefix="ttsvc-engines-"))
+        balancer = state.balancer
+
+        def start_pool(engine: EngineSpec) -> WorkerPool:
+            """Start the workers on the first verified engine set (at start, or once one
+            appears: until then the gateway is up but unready)."""
+            spec = WorkerSpec(engine, settings.threads, settings.schedule(),
+                              settings.max_sentence_chars, settings.multiplex, settings.log_level,
+                              settings.worker_start_timeout_s,
+                              settings.worker_silence_timeout_s)  # fmt: skip
+            pool = WorkerPool(spec, settings.workers, balancer, loop, state.metrics)
+            state.pool = pool
+            pool.start()
+            if state.draining:
+                pool.stop_respawning()
+            return pool
+
         swapper = EngineSwapper(
             settings.engines_dir,
             voice,
@@ -204,6 +221,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             polling=settings.watch_polling,
             swap_timeout_s=settings.swap_timeout_s,
             metrics=state.metrics,
+            start_pool=start_pool,
         )
         state.swapper = swapper
         metrics_server = None
@@ -211,25 +229,15 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             metrics_server, _thread = start_http_server(
                 settings.metrics_port, settings.host, registry=state.metrics.registry
             )
-        spec = WorkerSpec(
-            await swapper.initial(),
-            settings.threads,
-            settings.schedule(),
-            settings.max_sentence_chars,
-            settings.multiplex,
-            settings.log_level,
-            settings.worker_start_timeout_s,
-            settings.worker_silence_timeout_s,
-        )
         keys = state.keys
         tasks = []
         if keys is not None:
             await asyncio.to_thread(keys.load)  # a key file that does not parse stops start-up
             log.info("keys_loaded", path=str(keys.path), names=sorted(k.name for k in keys.keys))
             tasks.append(loop.create_task(keys.watch(state.limiter.forget)))
-        state.pool = WorkerPool(spec, settings.workers, state.balancer, loop, state.metrics)
-        state.pool.start()
-        tasks.append(loop.create_task(swapper.watch(state.pool)))
+        # starts the pool if a version verifies; with none, the gateway waits (unready) for one
+        await swapper.initial()
+        tasks.append(loop.create_task(swapper.watch()))
         try:
             yield
         finally:
@@ -238,8 +246,9 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
                 keys.stop()
             for task in tasks:
                 task.cancel()  # a rollout in progress must not hold up shutdown
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await state.pool.close()
+            await asyncio.gather(*tasks, *swapper.background, return_exceptions=True)
+            if state.pool is not None:
+                await state.pool.close()
             if metrics_server is not None:
                 metrics_server.shutdown()
                 metrics_server.server_close()
@@ -299,6 +308,9 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         pool, balancer = state.pool, state.balancer
         if state.draining:
             return JSONResponse({"status": "draining", "score": 0.0}, status_code=503)
+        if state.swapper is not None and state.swapper.current is None:
+            # nothing verified to serve: GET /voices says which versions were refused and why
+            return JSONResponse({"status": "no_verified_engine", "score": 0.0}, status_code=503)
         if pool is None or balancer is None or not balancer.live_workers():
             return JSONResponse({"status": "no_ready_worker", "score": 0.0}, status_code=503)
         return JSONResponse(
@@ -315,6 +327,14 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             "current": swapper.current.label if swapper and swapper.current else None,
             "reloads": dict(swapper.reloads) if swapper else {},
             "last_error": swapper.last_error if swapper else None,
+            # versions present that may not serve, newest first: version, file name, reason
+            "rejected": [r.public() for _, r in sorted(swapper.rejected.items(), reverse=True)]
+            if swapper
+            else [],
+            # versions with a file still changing (a copy in progress), judged once it settles
+            "pending": [r.public() for _, r in sorted(swapper.pending.items(), reverse=True)]
+            if swapper
+            else [],
         }
         return {"voices": [{"name": state.voice, "engine_versions": serving, "engines": engines}]}
 
@@ -658,7 +678,7 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
         raise TextTooLong(f"{field} is over {settings.max_text_chars} characters", field=field)
     pool, balancer = state.pool, state.balancer
     if pool is None or balancer is None:
-        raise Draining("no worker pool")
+        raise EngineError("no verified engine to serve yet: GET /voices says why")
     request.state.text_len = len(order.text)
     native = next((w.ready.sample_rate for w in pool.workers.values() if w.ready), 22050)
     rate = order.sample_rate or native

@@ -1,24 +1,39 @@
 """Hot swap: watch the voice's engines directory, verify candidates, roll them out.
 
-Lives in the gateway process, on its event loop; file work runs in threads. Both ways of
-updating the HostPath are handled:
+Lives in the gateway process, on its event loop; file work runs in threads. Nothing here parses
+an engine file: files are compared with their manifest (size, then sha256) and copied into the
+engine cache; only workers parse.
+
+What serves is the newest *good* version: every listed file matches its manifest. A version that
+does not is reported (``GET /voices``, an ``engine_rejected`` log line, the
+``ttsvc_engine_rejected`` gauge and the ``rejected`` reload counter) and skipped for the one
+below it, at start as later; with no good version the gateway stays up, unready, and starts its
+workers as soon as one appears. Both ways of updating the HostPath are handled:
 
 * **atomic publish** (``ttsvc compile``): a new numeric version directory appears with its
-  manifest written last; the highest complete version is the candidate;
+  manifest written last; it must match its manifest to be considered at all;
 * **in-place replacement** (the operators' ``mv x.onnx x.onnx.bak; cp new.onnx x.onnx``): a file
-  of the serving version changes; once its size, mtime and inode stop changing for
-  ``settle_s``, it is the candidate, whether or not it matches the manifest.
+  of the serving version changes. The only files that may differ from their manifest, because
+  the staging worker's canary judges them.
+
+A file is judged only once final: at once if it matches its manifest entry (a copy still running
+cannot), else once its size, mtime and inode have stayed unchanged for ``settle_s``, which must be
+longer than the pauses of a throttled copy, or a half-copied file would be judged. A file that
+differs (a new engine, or a truncated one) is thus never parsed, or reported, while a copy runs.
 
 A candidate is copied into the engine cache (hash while copying), then staged on one worker,
 which loads it beside its serving engines and runs the canary; only then do workers switch, one
 at a time. Same bytes as the serving set (a ``touch``) cause no reload; a rejected candidate is
-not retried until its bytes change; the serving engines never stop serving meanwhile.
+not judged again until its bytes change; the serving engines never stop serving meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from watchfiles import Change, awatch
@@ -29,21 +44,31 @@ from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.pool.supervisor import WorkerPool
 from ttsvc.protocol import EngineSpec
 from ttsvc.repository.cache import EngineCache, file_state, snapshot
-from ttsvc.repository.layout import STAGING_PREFIX, EngineRepository
-from ttsvc.repository.manifest import MANIFEST_NAME, Manifest, load_manifest
-
-
-def load_manifest_json(text: str) -> Manifest:
-    """A spec's manifest (validated JSON, metadata only)."""
-    return Manifest.model_validate_json(text)
-
+from ttsvc.repository.layout import STAGING_PREFIX, EngineRepository, EngineVersion
+from ttsvc.repository.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    file_problem,
+    load_manifest,
+    sha256_file,
+)
 
 log = get_logger("hotswap")
 
 NOISE_SUFFIXES = (".bak", ".swp", ".swx", ".swo", "~", ".tmp", ".part", ".partial", ".crdownload")
 """Names an editor, a copy tool or an operator's backup leaves: never a candidate by themselves."""
 
-States = dict[str, tuple[int, int, int] | None]
+RETRY_S = 1.0
+"""How soon a candidate no worker could judge (none ready yet) is offered again."""
+
+FileState = tuple[int, int, int] | None
+States = dict[str, FileState]
+Digests = dict[tuple[str, FileState], str]
+
+
+def load_manifest_json(text: str) -> Manifest:
+    """A spec's manifest (validated JSON, metadata only)."""
+    return Manifest.model_validate_json(text)
 
 
 def relevant(change: Change, path: str) -> bool:
@@ -54,15 +79,70 @@ def relevant(change: Change, path: str) -> bool:
     return not name.endswith(NOISE_SUFFIXES)
 
 
-def version_states(directory: Path) -> States | None:
-    """File states of a version (its manifest and every file it lists); None if unreadable."""
+@dataclass(frozen=True)
+class Rejection:
+    """Why a version may not serve, as clients may read it: a file name, no host paths."""
+
+    version: int
+    file: str | None
+    reason: str
+
+    def public(self) -> dict[str, object]:
+        """The ``GET /voices`` entry."""
+        return {"version": self.version, "file": self.file, "reason": self.reason}
+
+    def line(self) -> str:
+        """One line: ``version 2: acoustic.onnx: sha256 does not match the manifest``."""
+        where = f"{self.file}: " if self.file else ""
+        return f"version {self.version}: {where}{self.reason}"
+
+
+@dataclass(frozen=True)
+class VersionCheck:
+    """A version's files compared with its manifest at one moment, without parsing any."""
+
+    version: EngineVersion
+    states: States
+    """(size, mtime, inode) of the manifest and of every file it lists (None: missing)."""
+    problems: dict[str, str]
+    """File name → short reason it differs from its manifest entry (``manifest.json`` itself
+    when that is missing or unreadable)."""
+
+    @property
+    def complete(self) -> bool:
+        """The manifest is readable and every file it lists is there."""
+        return MANIFEST_NAME not in self.problems and None not in self.states.values()
+
+    def key(self) -> tuple[str, tuple[tuple[str, FileState], ...]]:
+        """What identifies these exact files: a judgement holds until one of them changes."""
+        return str(self.version.path), tuple(sorted(self.states.items()))
+
+
+def check_version(version: EngineVersion, digests: Digests) -> VersionCheck:
+    """Compare a version's files with its manifest (blocking: run in a thread).
+
+    ``digests`` remembers the sha256 of files by state, so a file that did not change is not
+    hashed again on the next look.
+    """
+    directory = version.path
+    states: States = {MANIFEST_NAME: file_state(directory / MANIFEST_NAME)}
     try:
         manifest = load_manifest(directory)
-    except EngineError:
-        return None
-    names = [MANIFEST_NAME, *manifest.files]
-    states: States = {name: file_state(directory / name) for name in names}
-    return None if any(state is None for state in states.values()) else states
+    except EngineError as exc:
+        return VersionCheck(version, states, {MANIFEST_NAME: exc.reason or "unreadable"})
+    problems: dict[str, str] = {}
+    for name, entry in manifest.files.items():
+        path = directory / name
+        state = states[name] = file_state(path)
+
+        def digest(p: Path, key: tuple[str, FileState] = (str(path), state)) -> str:
+            if key not in digests:
+                digests[key] = sha256_file(p)
+            return digests[key]
+
+        if (problem := file_problem(path, entry, digest)) is not None:
+            problems[name] = problem
+    return VersionCheck(version, states, problems)
 
 
 class EngineSwapper:
@@ -74,10 +154,11 @@ class EngineSwapper:
         voice: str,
         cache: EngineCache,
         *,
-        settle_s: float = 0.1,
+        settle_s: float = 5.0,
         polling: bool = False,
         swap_timeout_s: float = 120.0,
         metrics: ServiceMetrics | None = None,
+        start_pool: Callable[[EngineSpec], WorkerPool] | None = None,
     ) -> None:
         self.repo = EngineRepository(root)
         self.voice = voice
@@ -86,40 +167,65 @@ class EngineSwapper:
         self.polling = polling
         self.swap_timeout_s = swap_timeout_s
         self.metrics = metrics
+        self.start_pool = start_pool
+        """Called once, with the first good spec: starts the workers (the gateway's lifespan)."""
+        self.pool: WorkerPool | None = None
         self.current: EngineSpec | None = None
         self.previous: EngineSpec | None = None
         self.reloads: Counter[str] = Counter()
         """Outcomes of candidates: ``ok``, ``rejected``."""
         self.last_error: str | None = None
+        """The latest rejection, one line for clients (file name and short reason)."""
+        self.rejected: dict[int, Rejection] = {}
+        """Versions present that may not serve, by version."""
+        self.pending: dict[int, Rejection] = {}
+        """Versions with a file that differs from its manifest and is still changing."""
         self._states: States | None = None
         self._source: Path | None = None
-        self._failed: set[tuple[object, ...]] = set()
+        self._judged: dict[object, Rejection] = {}
+        self._failed: dict[tuple[object, ...], Rejection] = {}
+        self._digests: Digests = {}
+        self._seen: dict[str, tuple[FileState, float]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
 
-    async def initial(self) -> EngineSpec:
-        """The spec workers start on: the highest complete version, copied into the cache."""
-        latest = await asyncio.to_thread(self.repo.latest, self.voice)
-        if latest is None:
-            raise EngineError(f"no complete engine version for {self.voice} in {self.repo.root}")
-        states = await asyncio.to_thread(version_states, latest.path)
-        self.current = await asyncio.to_thread(snapshot, self.cache, latest.path, self.voice)
-        self._states, self._source = states, latest.path
-        self._publish_info(self.current)
+    async def initial(self) -> EngineSpec | None:
+        """Verify the versions present, newest first, and start serving the newest good one.
+
+        ``None`` when there is none yet: the gateway stays up, unready, and ``watch`` starts the
+        pool once a good version appears.
+        """
+        await self.rescan()
+        if self.current is None:
+            log.warning("engine_none_verified", voice=self.voice,
+                        rejected=[r.line() for r in self.rejected.values()],
+                        pending=[r.line() for r in self.pending.values()])  # fmt: skip
         return self.current
 
-    def _publish_info(self, spec: EngineSpec) -> None:
+    def _publish_info(self, spec: EngineSpec, precision: dict[str, str] | None = None) -> None:
         if self.metrics is None:
             return
         manifest = load_manifest_json(spec.manifest)
-        precision = "/".join(f"{k}:{v}" for k, v in sorted(manifest.precision.items()))
-        self.metrics.set_engine(spec.voice, spec.label, manifest.backend, precision)
+        found = precision or manifest.precision
+        label = "/".join(f"{k}:{v}" for k, v in sorted(found.items()))
+        self.metrics.set_engine(spec.voice, spec.label, manifest.backend, label)
 
     def stop(self) -> None:
-        """End the watch loop."""
+        """End the watch loop and any re-check still scheduled."""
         self._stop.set()
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in self._tasks:
+            task.cancel()
 
-    async def watch(self, pool: WorkerPool) -> None:
+    @property
+    def background(self) -> list[asyncio.Task[None]]:
+        """Re-checks in progress (``stop`` cancels them; shutdown awaits them)."""
+        return list(self._tasks)
+
+    async def watch(self) -> None:
         """React to changes under ``<root>/<voice>`` until stopped."""
         voice_dir = self.repo.root / self.voice
         async for _changes in awatch(
@@ -131,67 +237,189 @@ class EngineSwapper:
             force_polling=self.polling,
             poll_delay_ms=50,
         ):
-            try:
-                await self.rescan(pool)
-            except Exception:  # the watcher must outlive any one bad candidate
-                log.exception("rescan_failed")
+            await self._rescan_logged()
 
-    async def rescan(self, pool: WorkerPool) -> None:
-        """Look for a candidate and roll it out if it is complete, new and verified."""
+    async def _rescan_logged(self) -> None:
+        try:
+            await self.rescan()
+        except Exception:  # the watcher must outlive any one bad candidate
+            log.exception("rescan_failed")
+
+    def _recheck(self, delay: float) -> None:
+        """Look again in ``delay`` seconds: a file settles without any further event."""
+        if self._stop.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(0.0, delay)
+        if self._timer is not None and not self._timer.cancelled() and self._timer.when() <= when:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._wake)
+
+    def _wake(self) -> None:
+        self._timer = None
+        task = asyncio.ensure_future(self._rescan_logged())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _settle_wait(
+        self, check: VersionCheck, now: float, seen: dict[str, tuple[FileState, float]]
+    ) -> float:
+        """Seconds until every file that differs from its manifest has stayed unchanged for
+        ``settle_s`` (0: final now). A matching file is final at once: it cannot be mid-copy."""
+        wait = 0.0
+        for name in check.problems:
+            path = str(check.version.path / name)
+            state = check.states.get(name)
+            first = self._seen.get(path)
+            if first is None or first[0] != state:
+                first = (state, now)
+            seen[path] = first
+            wait = max(wait, first[1] + self.settle_s - now)
+        return wait
+
+    async def rescan(self) -> None:
+        """Find the newest version that may serve and roll it out if it is new and verified."""
         async with self._lock:
-            latest = await asyncio.to_thread(self.repo.latest, self.voice)
-            if latest is None or self.current is None:
-                return
-            directory = latest.path
-            states = await asyncio.to_thread(version_states, directory)
-            if states is None:
-                return  # a file is missing or the manifest unreadable: wait for the next change
-            if directory == self._source and states == self._states:
-                return
-            for _ in range(600):  # a copy still running keeps changing; bounded: ~60 s at 0.1 s
-                await asyncio.sleep(self.settle_s)
-                settled = await asyncio.to_thread(version_states, directory)
-                if settled is None:
-                    return
-                if settled == states:
-                    break
-                states = settled
-            else:
-                return
-            log.info("engine_candidate", voice=self.voice, source=str(directory))
-            try:
-                spec = await asyncio.to_thread(snapshot, self.cache, directory, self.voice)
-            except EngineError as exc:
-                return self._reject(directory, None, exc.message)
-            if spec.files == self.current.files and spec.manifest == self.current.manifest:
-                self._states, self._source = states, directory  # same bytes: no reload
-                return
-            key = (spec.manifest, *sorted(spec.files.items()))
-            if key in self._failed:
-                return
-            ok, reason, final = await pool.rollout(spec, self.swap_timeout_s)
-            if not ok:
-                if final:  # judged by a worker: not retried until its bytes change
-                    self._failed.add(key)
-                    self._states, self._source = states, directory
-                return self._reject(directory, spec, reason)
-            self.previous, self.current = self.current, spec
-            self._states, self._source = states, directory
-            self.reloads["ok"] += 1
+            versions = await asyncio.to_thread(self.repo.versions, self.voice)
+            now = time.monotonic()
+            seen: dict[str, tuple[FileState, float]] = {}
+            digests: Digests = {}
+            rejected: dict[int, Rejection] = {}
+            pending: dict[int, Rejection] = {}
+            judged: dict[object, Rejection] = {}
+            visited: set[int] = set()
+            for version in reversed(versions):
+                check = await asyncio.to_thread(check_version, version, self._digests)
+                digests.update((k, self._digests[k]) for k in self._digest_keys(check))
+                serving = self.current is not None and version.path == self._source
+                if serving and check.states == self._states:
+                    break  # the serving version, unchanged: nothing newer may serve
+                visited.add(version.version)
+                wait = self._settle_wait(check, now, seen)
+                if wait > 0:
+                    name, reason = next(iter(check.problems.items()))
+                    pending[version.version] = Rejection(version.version, name, reason)
+                    self._recheck(wait)
+                    if serving:
+                        break
+                    continue
+                if serving and not check.complete:
+                    break  # a file of the serving version is gone: keep serving from the cache
+                if (known := self._judged.get(check.key())) is not None:
+                    judged[check.key()] = rejected[version.version] = known
+                    if serving:
+                        break
+                    continue
+                if check.problems and not serving:
+                    name, reason = next(iter(check.problems.items()))
+                    rejection = Rejection(version.version, name, reason)
+                    self._reject(rejection, version.path)
+                    judged[check.key()] = rejected[version.version] = rejection
+                    continue
+                outcome = await self._try(version, check, serving)
+                if isinstance(outcome, Rejection):
+                    judged[check.key()] = rejected[version.version] = outcome
+                    if serving:
+                        break
+                    continue
+                break  # serving it now, the same bytes, or to be looked at again
+            present = {v.version for v in versions}
+            floor = self.current.version if self.current is not None else 0
+            kept = {v: r for v, r in self.rejected.items()
+                    if v in present and v not in visited and v >= floor}  # fmt: skip
+            self.rejected = {**kept, **rejected}
+            self.pending = pending
+            self._judged = {**{k: r for k, r in self._judged.items() if r in kept.values()},
+                            **judged}  # fmt: skip
+            self._seen, self._digests = seen, digests
             if self.metrics is not None:
-                self.metrics.engine_reloads.labels("ok").inc()
-            self._publish_info(spec)
-            keep = set(spec.files.values()) | set(self.previous.files.values())
-            await asyncio.to_thread(self.cache.prune, keep)
-            log.info("engine_swapped", voice=self.voice, engine_version=spec.label,
-                     source=str(directory), replaced=list(spec.replaced))  # fmt: skip
+                refused = [(str(r.version), r.file or "") for r in self.rejected.values()]
+                self.metrics.set_rejected(self.voice, refused)
 
-    def _reject(self, directory: Path, spec: EngineSpec | None, reason: str) -> None:
+    def _digest_keys(self, check: VersionCheck) -> list[tuple[str, FileState]]:
+        keys = [(str(check.version.path / n), s) for n, s in check.states.items()]
+        return [k for k in keys if k in self._digests]
+
+    async def _try(
+        self, version: EngineVersion, check: VersionCheck, serving: bool
+    ) -> Rejection | str:
+        """Admit a version whose files are final into the cache and serve it if a worker agrees.
+
+        Returns the rejection, or what happened: ``swapped``, ``same``, ``retry``.
+        """
+        directory = version.path
+        try:
+            spec = await asyncio.to_thread(snapshot, self.cache, directory, self.voice)
+        except (EngineError, OSError):
+            self._recheck(self.settle_s)  # changed or gone since the check: look again
+            return "retry"
+        if spec.replaced and not serving:
+            self._recheck(self.settle_s)  # it matched a moment ago: it is changing again
+            return "retry"
+        if self.current is None:
+            self._serve_first(spec, check.states, directory)
+            return "swapped"
+        if spec.files == self.current.files and spec.manifest == self.current.manifest:
+            self._states, self._source = check.states, directory  # same bytes: no reload
+            return "same"
+        key = (spec.manifest, *sorted(spec.files.items()))
+        if (failed := self._failed.get(key)) is not None:
+            if serving:
+                self._states = check.states
+            return Rejection(version.version, failed.file, failed.reason)
+        log.info("engine_candidate", voice=self.voice, source=str(directory),
+                 replaced=list(spec.replaced))  # fmt: skip
+        assert self.pool is not None
+        reply = await self.pool.rollout(spec, self.swap_timeout_s)
+        if not reply.ok:
+            if reply.worker < 0:  # not judged (no worker ready, one died): offer it again
+                log.warning("engine_candidate_deferred", voice=self.voice, reason=reply.reason)
+                self._recheck(RETRY_S)
+                return "retry"
+            head, sep, tail = reply.reason.partition(": ")
+            file: str | None
+            if sep and (head in spec.files or head == MANIFEST_NAME):
+                file, reason = head, tail  # the worker named the file at fault
+            else:  # the set failed as a whole (the canary): suspect what was replaced
+                file, reason = ", ".join(spec.replaced) or None, reply.reason
+            rejection = Rejection(version.version, file, reason)
+            self._failed[key] = rejection
+            if serving:  # not judged again until its bytes change
+                self._states = check.states
+            self._reject(rejection, directory, reply.detail)
+            return rejection
+        self.previous, self.current = self.current, spec
+        self._states, self._source = check.states, directory
+        self.reloads["ok"] += 1
+        if self.metrics is not None:
+            self.metrics.engine_reloads.labels("ok").inc()
+        self._publish_info(spec, reply.precision)
+        keep = set(spec.files.values()) | set(self.previous.files.values())
+        await asyncio.to_thread(self.cache.prune, keep)
+        log.info("engine_swapped", voice=self.voice, engine_version=spec.label,
+                 source=str(directory), replaced=list(spec.replaced),
+                 precision=reply.precision)  # fmt: skip
+        return "swapped"
+
+    def _serve_first(self, spec: EngineSpec, states: States, directory: Path) -> None:
+        """The first good version: workers start on it (at start, or once one appears)."""
+        self.current = spec
+        self._states, self._source = states, directory
+        self._publish_info(spec)
+        log.info("engine_serving", voice=self.voice, engine_version=spec.label,
+                 source=str(directory))  # fmt: skip
+        if self.start_pool is not None and self.pool is None:
+            self.pool = self.start_pool(spec)
+
+    def _reject(self, rejection: Rejection, directory: Path, detail: str = "") -> None:
+        """Count and log a new rejection (once per distinct bytes)."""
         self.reloads["rejected"] += 1
         if self.metrics is not None:
             self.metrics.engine_reloads.labels("rejected").inc()
-        self.last_error = reason
-        files = list(spec.replaced) if spec is not None and spec.replaced else None
-        log.error("engine_rejected", voice=self.voice, source=str(directory), files=files,
-                  reason=reason,
+        self.last_error = rejection.line()
+        log.error("engine_rejected", voice=self.voice, version=rejection.version,
+                  file=rejection.file, reason=rejection.reason, detail=detail or None,
+                  source=str(directory),
                   serving=self.current.label if self.current else None)  # fmt: skip

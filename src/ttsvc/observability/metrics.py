@@ -73,6 +73,10 @@ class ServiceMetrics:
         self.engine_info = Gauge("ttsvc_engine_info", "The engine set serving (value 1)",
                                  ["voice", "version", "backend", "precision"],
                                  registry=r)  # fmt: skip
+        self.engine_rejected = Gauge("ttsvc_engine_rejected",
+                                     "Engine versions present that may not serve (value 1), by "
+                                     "the file at fault", ["voice", "version", "file"],
+                                     registry=r)  # fmt: skip
         self._engine_labels: tuple[str, str, str, str] | None = None
 
     def set_engine(self, voice: str, version: str, backend: str, precision: str) -> None:
@@ -81,6 +85,12 @@ class ServiceMetrics:
             self.engine_info.remove(*self._engine_labels)
         self._engine_labels = (voice, version, backend, precision)
         self.engine_info.labels(*self._engine_labels).set(1)
+
+    def set_rejected(self, voice: str, versions: list[tuple[str, str]]) -> None:
+        """The versions of ``voice`` refused now, as (version, file); others' series go."""
+        self.engine_rejected.clear()
+        for version, file in versions:
+            self.engine_rejected.labels(voice, version, file).set(1)
 
     def set_worker(self, worker: int, in_flight: int, queued: int, score: float | None) -> None:
         """Per-worker gauges, refreshed whenever the gateway's view of a worker changes."""

@@ -267,7 +267,7 @@ class WorkerPool:
 
     # --- engine swaps ----------------------------------------------------------------------
 
-    async def rollout(self, engine: EngineSpec, timeout: float) -> tuple[bool, str, bool]:
+    async def rollout(self, engine: EngineSpec, timeout: float) -> EnginesSwapped:
         """Switch READY workers to ``engine`` without ever dropping capacity to zero.
 
         The first worker is the staging slot: it loads the candidate beside its serving engines
@@ -276,15 +276,16 @@ class WorkerPool:
         when ready. From then on the candidate is the last good engine set: workers spawned
         later start on it, and a worker that fails to switch (it died, say) is respawned onto it.
 
-        Returns (ok, reason, final): ``final`` is False when the candidate itself was not judged
-        (no worker ready, a worker died or did not answer), so it is tried again later.
+        Returns the staging worker's answer (its reason, detail and the precision it found);
+        ``worker`` is -1 when the candidate itself was not judged (no worker ready, a worker died
+        or did not answer), so it is tried again later.
         """
         ready = [w for w in sorted(self.workers) if self.workers[w].ready is not None]
         if not ready:
-            return False, "no ready worker to stage the candidate", False
+            return EnginesSwapped(-1, engine.label, False, "no ready worker to stage the candidate")
         first = await self._swap_one(ready[0], engine, timeout)
         if not first.ok:
-            return False, first.reason, first.worker >= 0
+            return first
         self.spec.engine = engine
         for wid, reply in zip(
             ready[1:],
@@ -294,7 +295,7 @@ class WorkerPool:
             if not reply.ok and wid in self.workers:
                 log.warning("worker_swap_failed", worker=wid, reason=reply.reason)
                 self.workers[wid].process.kill()  # respawns onto the verified candidate
-        return True, "", True
+        return first
 
     async def _swap_one(self, wid: int, engine: EngineSpec, timeout: float) -> EnginesSwapped:
         """Ask one worker to load ``engine`` and switch; its answer, or a failure."""

@@ -74,10 +74,15 @@ def snapshot(cache: EngineCache, directory: Path, voice: str) -> EngineSpec:
     for name in manifest.files:
         before = file_state(directory / name)
         if before is None:
-            raise EngineIntegrityError(f"{directory / name}: missing")
-        files[name] = cache.admit(directory / name)
+            raise EngineIntegrityError(f"{directory / name}: missing", file=name, reason="missing")
+        try:
+            files[name] = cache.admit(directory / name)
+        except FileNotFoundError as exc:  # renamed away between the stat and the open
+            raise EngineIntegrityError(f"{directory / name}: missing", file=name,
+                                       reason="missing") from exc  # fmt: skip
         if file_state(directory / name) != before:
-            raise EngineIntegrityError(f"{directory / name}: changed while it was read")
+            raise EngineIntegrityError(f"{directory / name}: changed while it was read",
+                                       file=name, reason="changed while it was read")  # fmt: skip
     replaced = sorted(n for n, sha in files.items() if sha != manifest.files[n].sha256)
     label = str(manifest.version)
     if replaced:

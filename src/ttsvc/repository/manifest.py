@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import platform
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Literal
 
@@ -122,9 +123,11 @@ def load_manifest(directory: Path) -> Manifest:
     try:
         return Manifest.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError as exc:
-        raise EngineError(f"{path}: no manifest (incomplete engine version)") from exc
+        raise EngineError(f"{path}: no manifest (incomplete engine version)",
+                          file=MANIFEST_NAME, reason="missing") from exc  # fmt: skip
     except (json.JSONDecodeError, ValidationError, UnicodeDecodeError) as exc:
-        raise EngineError(f"{path}: unreadable manifest: {exc}") from exc
+        raise EngineError(f"{path}: unreadable manifest: {exc}", file=MANIFEST_NAME,
+                          reason="not a valid manifest") from exc  # fmt: skip
 
 
 def open_verified(directory: Path, manifest: Manifest, name: str) -> BinaryIO:
@@ -132,7 +135,8 @@ def open_verified(directory: Path, manifest: Manifest, name: str) -> BinaryIO:
     entry = manifest.files.get(name)
     path = directory / name
     if entry is None:
-        raise EngineIntegrityError(f"{path}: not listed in {MANIFEST_NAME}")
+        raise EngineIntegrityError(f"{path}: not listed in {MANIFEST_NAME}", file=name,
+                                   reason=f"not listed in {MANIFEST_NAME}")  # fmt: skip
     return open_checked(path, entry.sha256, entry.size)
 
 
@@ -147,23 +151,51 @@ def open_checked(path: Path, sha256: str, size: int | None = None) -> BinaryIO:
     try:
         handle = path.open("rb")
     except FileNotFoundError as exc:
-        raise EngineIntegrityError(f"{path}: missing") from exc
+        raise EngineIntegrityError(f"{path}: missing", file=path.name, reason="missing") from exc
     try:
         actual = os.fstat(handle.fileno()).st_size
         if size is not None and actual != size:  # free, and catches a copy still in progress
             raise EngineIntegrityError(
-                f"{path}: size {actual} bytes, manifest says {size} (truncated or replaced)"
-            )
+                f"{path}: size {actual} bytes, manifest says {size} (truncated or replaced)",
+                file=path.name, reason=size_mismatch(actual, size),
+            )  # fmt: skip
         digest, count = _digest(handle)
         if digest != sha256 or (size is not None and count != size):
             raise EngineIntegrityError(
-                f"{path}: sha256 {digest[:12]}… does not match the expected {sha256[:12]}…"
-            )
+                f"{path}: sha256 {digest[:12]}… does not match the expected {sha256[:12]}…",
+                file=path.name, reason=SHA_MISMATCH,
+            )  # fmt: skip
         handle.seek(0)
     except BaseException:
         handle.close()
         raise
     return handle
+
+
+SHA_MISMATCH = "sha256 does not match the manifest"
+
+
+def size_mismatch(actual: int, expected: int) -> str:
+    """The short reason for a file of the wrong size (truncated, or still being copied)."""
+    return f"size {actual} bytes, the manifest says {expected}"
+
+
+def file_problem(
+    path: Path, entry: FileEntry, sha256: Callable[[Path], str] = sha256_file
+) -> str | None:
+    """Why ``path`` does not match its manifest entry, as a short reason naming nothing of the
+    host, or ``None`` when it matches. Reads, never parses; the size is compared first, so a
+    file still growing is not hashed. ``sha256`` may remember digests of unchanged files."""
+    try:
+        size = path.stat().st_size
+        if size != entry.size:
+            return size_mismatch(size, entry.size)
+        digest = sha256(path)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:  # unreadable is not a reason to stop watching the others
+        return f"unreadable ({exc.strerror})"
+    return None if digest == entry.sha256 else SHA_MISMATCH
 
 
 def verify_files(directory: Path, manifest: Manifest) -> None:

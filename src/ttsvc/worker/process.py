@@ -52,7 +52,8 @@ def _load(spec: EngineSpec, threads: int, schedule: WindowSchedule,
                         max_sentence_chars)  # fmt: skip
     failure = canary_failure(synth)  # also the warm-up: first runs allocate
     if failure is not None:
-        raise EngineError(f"{spec.source} ({spec.label}): {failure}")
+        raise EngineError(f"{spec.source} ({spec.label}): {failure}",
+                          reason=f"canary synthesis failed: {failure}")  # fmt: skip
     if frame_cost_s > 0:
         synth.frame_cost_s = frame_cost_s
     else:
@@ -111,10 +112,13 @@ def run_worker(
             if request.seq != newest_swap:
                 reply = EnginesSwapped(worker_id, label, False, "superseded", request.seq)
             elif isinstance(result, Exception):
-                reply = EnginesSwapped(worker_id, label, False, str(result), request.seq)
+                public = result.public() if isinstance(result, EngineError) else None
+                reply = EnginesSwapped(worker_id, label, False, public or "could not be loaded",
+                                       request.seq, detail=str(result))  # fmt: skip
             else:
                 scheduler.synth = result  # running streams keep their own engines
-                reply = EnginesSwapped(worker_id, label, True, "", request.seq)
+                reply = EnginesSwapped(worker_id, label, True, "", request.seq,
+                                       precision=result.engines.precision)  # fmt: skip
             send(reply)
         timeout = 0.0 if scheduler.streams else STAGING_POLL_S
         try:
