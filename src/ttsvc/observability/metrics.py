@@ -48,6 +48,10 @@ class ServiceMetrics:
         self.cancellations = Counter("ttsvc_cancellations",
                                      "Streams cancelled because the client went away",
                                      registry=r)  # fmt: skip
+        self.aborted_streams = Counter("ttsvc_aborted_streams",
+                                       "Streams cut off after their audio began, by reason; the "
+                                       "response ends without its terminator, so clients see "
+                                       "an error", ["reason"], registry=r)  # fmt: skip
         self.underruns = Counter("ttsvc_underruns",
                                  "Chunks that arrived after the audio before them would have "
                                  "finished playing in real time", registry=r)  # fmt: skip
