@@ -159,6 +159,7 @@ def _streams_under_fault(
     fault()
     for t in threads:
         t.join(timeout=120)
+    assert len(seen) == len(clients) and len(whole) == 1, seen  # no client thread failed
     return seen, whole[0]
 
 
