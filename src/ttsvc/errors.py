@@ -192,3 +192,14 @@ class QueueTimeout(TTSError):
 
     status = 503
     type = "queue_timeout"
+
+
+class ClientClosedRequest(TTSError):
+    """The client went away before its first audio: nothing is sent, the job is cancelled.
+
+    499 is nginx's "client closed request": it keeps such requests apart from successes (200)
+    and from the service's own failures (5xx) in logs and metrics.
+    """
+
+    status = 499
+    type = "cancelled"

@@ -95,8 +95,10 @@ def test_counters_equal_the_scripts_counts(run: Run) -> None:
     assert _value(run, "ttsvc_requests_total", code="422", outcome="invalid_parameter") == 1
     assert _value(run, "ttsvc_requests_total", code="422", outcome="empty_text") == 1
     assert _value(run, "ttsvc_requests_total", code="429", outcome="overloaded") == 2
-    assert _value(run, "ttsvc_requests_total", code="200", outcome="cancelled") == 1
-    assert _value(run, "ttsvc_requests_total", code="200", outcome="worker_died") == 1
+    # neither counts as a success: the client left (499), the stream was cut (its error's 503)
+    assert _value(run, "ttsvc_requests_total", code="499", outcome="cancelled") == 1
+    assert _value(run, "ttsvc_requests_total", code="503", outcome="worker_died") == 1
+    assert _value(run, "ttsvc_aborted_streams_total", reason="worker_died") == 1
     assert _value(run, "ttsvc_rejections_total", reason="overloaded") == 2
     assert _value(run, "ttsvc_cancellations_total") == 1
     assert _value(run, "ttsvc_worker_restarts_total") == 1

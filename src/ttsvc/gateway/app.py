@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import logging
 import shutil
 import tempfile
 import time
@@ -33,6 +35,7 @@ from ttsvc.balancer import HeatScoreBalancer
 from ttsvc.config import Settings
 from ttsvc.errors import (
     Busy,
+    ClientClosedRequest,
     Draining,
     EngineError,
     FormatUnavailable,
@@ -114,6 +117,16 @@ class GatewayState:
     keys: KeyStore | None = None
     """API keys in force; ``None``: no authentication."""
     limiter: KeyRateLimiter = field(default_factory=lambda: KeyRateLimiter(time.monotonic))
+    exchanges: set[SynthesisExchange] = field(default_factory=set)
+    """Synthesis requests in flight (dispatched to a worker, not yet finished)."""
+
+    def abort_exchanges(self, reason: str, message: str) -> int:
+        """End every request in flight with ``reason`` (the drain's grace is over); returns how
+        many. Each is recorded at once; its response then ends as a failure (see ``abort``)."""
+        exchanges = list(self.exchanges)
+        for exchange in exchanges:
+            exchange.abort(reason, message)
+        return len(exchanges)
 
     def complete(self, fields: dict[str, object], code: int) -> None:
         """Record one finished synthesis request: counters, and its one completion log line."""
@@ -280,6 +293,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             return _error(state, request, exc.to_body(), exc.status)
         return await call_next(request)
 
+    app.add_middleware(StreamAbort)  # outside the http middleware above (see its docstring)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, state=state)
     if settings.cors_origins:  # added last, so outermost: refusals (401, 413) carry CORS too
         app.add_middleware(
@@ -470,12 +484,63 @@ class BodyLimit:
                 raise
 
 
+_ABORTED: contextvars.ContextVar[bool] = contextvars.ContextVar("ttsvc_aborted", default=False)
+"""Set in a request's task once its response was cut on purpose (read by ``QuietAborts``)."""
+
+
+class StreamAbort:
+    """Lets a streaming response end as a failure: without its terminating chunk.
+
+    Once audio has gone out the status line said 200, so a stream that cannot finish (its
+    worker died or stalled, the drain's grace ran out) must not end like a complete one: the
+    request marks itself (``request.state.cut``) and this layer withholds the final body
+    message. The server then sees an unfinished response and closes the connection, and every
+    HTTP client reports an incomplete body instead of a short, well-formed file.
+
+    It must sit outside ``BaseHTTPMiddleware`` layers: those end a body stream their app left
+    unfinished with a terminator of their own.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        def cut() -> bool:
+            return bool(scope.get("state", {}).get("cut"))
+
+        async def guarded(message: Message) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body") and cut():
+                if message.get("body"):
+                    await send({**message, "more_body": True})
+                return
+            await send(message)
+
+        await self.app(scope, receive, guarded)
+        if cut():
+            _ABORTED.set(True)  # seen by the server's log call right after this returns
+
+
+class QuietAborts(logging.Filter):
+    """Drops uvicorn's error line for a response this gateway cut on purpose.
+
+    The request's own completion line already says why (``worker_died``, ``stalled``,
+    ``shutdown``); an unfinished response that was not cut here still logs its error.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_ABORTED.get() and "without completing response" in record.getMessage())
+
+
 class SynthesisExchange:
     """One request's life on the gateway: admitted, dispatched, streamed, finished exactly once.
 
     Finishing releases the admission slot and the mailbox, tells the worker to stop if the client
     left early, and writes the request's one completion log line. It is idempotent, so the
-    normal end, an error and a disconnect can all call it.
+    normal end, an error, a disconnect and the drain can all call it.
     """
 
     def __init__(
@@ -499,7 +564,7 @@ class SynthesisExchange:
         self.box: Mailbox | None = None
         self.first_audio_s: float | None = None
         self.failure: StreamError | None = None
-        """Set when the worker failed after the first audio (the stream ended early)."""
+        """Set when the stream failed after the first audio (it cannot finish)."""
         self.rate = 22050
         """Output sample rate, for turning bytes into playback time."""
         self.audio_s = 0.0
@@ -512,20 +577,36 @@ class SynthesisExchange:
         self.encoder: Encoder | None = None
         state.inflight += 1
         state.idle.clear()
+        state.exchanges.add(self)
 
     async def first(self, timeout: float) -> AudioChunkMsg:
-        """Dispatch and wait for the first audio; a failure before it becomes an HTTP error."""
+        """Dispatch and wait for the first audio; a failure before it becomes an HTTP error.
+
+        The client is watched meanwhile: one that leaves while its request is queued gets it
+        cancelled in the worker (dropped from its queue, never synthesized) and is recorded as
+        499, not left to be synthesized for nobody.
+        """
+        self.box = await self.pool.submit(self.wid, self.job)
+        audio = asyncio.ensure_future(self.box.get())
+        gone = asyncio.ensure_future(_client_gone(self.request))
         try:
-            self.box = await self.pool.submit(self.wid, self.job)
-            msg = await asyncio.wait_for(self.box.get(), timeout)
-        except asyncio.TimeoutError:
-            self.finish("queue_timeout", cancel=True)
-            raise QueueTimeout(f"no audio within the {timeout:g} s queue deadline") from None
+            done, _ = await asyncio.wait({audio, gone}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
         except asyncio.CancelledError:
             self.finish("cancelled", cancel=True)
             raise
+        finally:
+            audio.cancel()
+            gone.cancel()
+        if audio not in done:
+            if gone in done:
+                self.finish("cancelled", cancel=True)
+                raise ClientClosedRequest("the client closed the request before its first audio")
+            self.finish("queue_timeout", cancel=True)
+            raise QueueTimeout(f"no audio within the {timeout:g} s queue deadline")
+        msg = audio.result()
         if isinstance(msg, StreamError):
-            self.finish(msg.type, code=msg.status)
+            self.finish(msg.type, cancel=True, code=msg.status)
             raise WorkerReportedError(msg)
         if isinstance(msg, StreamDone):
             self.finish("empty_audio", code=500)
@@ -553,28 +634,41 @@ class SynthesisExchange:
         self.audio_s += len(msg.pcm) / 2 / self.rate
 
     async def rest(self) -> AsyncIterator[AudioChunkMsg]:
-        """The chunks after the first; ends early (logged) if the worker fails mid-stream, or
-        sends nothing for the stream for the worker silence timeout (it would be killed by then
-        if the whole worker were silent; this catches a stream lost inside a live worker)."""
+        """The chunks after the first; ends early, with ``failure`` set, if the worker fails
+        mid-stream, the stream is aborted, or the worker sends nothing for the stream for the
+        worker silence timeout (it would be killed by then if the whole worker were silent;
+        this catches a stream lost inside a live worker)."""
         assert self.box is not None
         timeout = self.state.settings.worker_silence_timeout_s
         while True:
             try:
                 msg = await asyncio.wait_for(self.box.get(), timeout)
             except asyncio.TimeoutError:
-                self.failure = StreamError(self.job.uid, 503, "stalled", "the stream stalled")
-                self.finish("stalled", cancel=True)
-                return
+                msg = StreamError(self.job.uid, 503, "stalled", "the stream stalled")
             if isinstance(msg, AudioChunkMsg):
                 yield msg
-            elif isinstance(msg, StreamError):
-                self.failure = msg
-                self.finish(msg.type)  # bytes already sent: the stream just ends
-                return
+                continue
+            if isinstance(msg, StreamError):
+                self.failure = self.failure or msg
+                self.finish(msg.type, cancel=True)
+                if not self.buffered:
+                    self.request.state.cut = True  # see StreamAbort
             else:
                 self.compute_s = msg.compute_s
                 self.finish("ok")
-                return
+            return
+
+    def abort(self, reason: str, message: str) -> None:
+        """End the request now as a failure (503 ``reason``): recorded at once, cancelled in
+        its worker; whoever waits on its mailbox wakes to the error and ends the response."""
+        if self._finished:
+            return
+        failure = StreamError(self.job.uid, 503, reason, message)
+        if self.first_audio_s is not None:
+            self.failure = failure
+        self.finish(reason, cancel=True, code=503)
+        if self.box is not None:
+            self.box.put_nowait(failure)
 
     def release_encoder(self) -> None:
         """Count the encoder's time and free it (off the loop) if the response did not end it."""
@@ -586,10 +680,16 @@ class SynthesisExchange:
             _close_later(encoder)
 
     def finish(self, status: str, cancel: bool = False, code: int | None = None) -> None:
-        """Release everything this request holds; only the first call counts."""
+        """Release everything this request holds; only the first call counts.
+
+        The recorded code is what the client experienced: 200 only for a stream that ended
+        whole; a stream cut after its 200 status line counts as its failure's status (and in
+        ``ttsvc_aborted_streams``), a client that left as 499.
+        """
         if self._finished:
             return
         self._finished = True
+        self.state.exchanges.discard(self)
         if cancel:
             self.pool.cancel(self.wid, self.job.uid)
         self.pool.forget(self.job.uid)
@@ -605,6 +705,8 @@ class SynthesisExchange:
                 metrics.rtf.observe(self.compute_s / self.audio_s)
         if status == "cancelled":
             metrics.cancellations.inc()
+        if self.failure is not None and not self.buffered:
+            metrics.aborted_streams.labels(status).inc()
         metrics.audio_seconds.inc(self.audio_s)
         if self.ticket is not None:
             self.state.limiter.settle(self.ticket, self.audio_s)
@@ -626,17 +728,28 @@ class SynthesisExchange:
         }
         if status != "ok":
             fields["error_type"] = status
-        # headers went out with the first chunk: a stream that ends early still answered 200
-        if code is None and self.buffered and self.failure is not None:
+        if code is None and self.failure is not None:
             code = self.failure.status
         if code is None:
-            code = 200 if self.first_audio_s is not None else _STATUS_OF.get(status, 503)
+            code = 200 if status == "ok" else _STATUS_OF.get(status, 503)
         self.state.complete(fields, code)
         self.request.state.recorded = True
 
 
+async def _client_gone(request: Request) -> None:
+    """Return once the client has closed its connection.
+
+    The body was read before the handler ran, so the next ASGI message is the disconnect; the
+    server delivers it as soon as the socket closes. A receive that fails means the same.
+    """
+    with contextlib.suppress(Exception):
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+
 _STATUS_OF = {"queue_timeout": 503, "cancelled": 499}
-"""HTTP code recorded for exchanges that end before any audio (499: client closed request)."""
+"""HTTP code recorded for exchanges that end without audio or a worker's error
+(499: client closed request)."""
 
 
 class WorkerReportedError(TTSError):
@@ -710,6 +823,7 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
     job = SynthesisJob(uid, order.text, order.speed, order.noise_scale, order.noise_w,
                        order.sentence_silence, order.sample_rate)  # fmt: skip
     exchange = SynthesisExchange(state, request, pool, wid, job, qsize)
+    exchange.buffered = not order.stream
     exchange.ticket = ticket
     exchange.encoder = encoder
     state.metrics.format_requests.labels(order.format.name, order.api).inc()
@@ -729,7 +843,6 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
     }
     media = order.format.media_type(rate)
     exchange.rate = rate
-    exchange.buffered = not order.stream
     exchange.received(first)
 
     if not order.stream:
@@ -754,8 +867,8 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
             exchange.received(msg)
             if data := await _encode(encoder, msg.pcm):
                 yield data
-        # also after a failure mid-stream: the codec's last frames end the stream cleanly
-        if data := await _encode(encoder, None):
-            yield data
+        if exchange.failure is None:  # a stream that failed must not look finished: no tail
+            if data := await _encode(encoder, None):
+                yield data
 
     return ExchangeStreamingResponse(exchange, body_iter(), media, headers)

@@ -1,5 +1,7 @@
 """uvicorn with a drain on SIGTERM: readiness and new synthesis go 503 at once, in-flight streams
 get ``drain_grace_s`` to finish, then the server and its workers stop and the process exits 0.
+A stream still running when the grace ends is aborted (its client sees an incomplete response,
+never a complete-looking one) and the process exits within about two seconds of the grace.
 A second SIGTERM exits at once.
 """
 
@@ -7,16 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from types import FrameType
 
 import uvicorn
 
 from ttsvc.config import Settings
-from ttsvc.gateway.app import GatewayState, create_app
+from ttsvc.gateway.app import GatewayState, QuietAborts, create_app
 from ttsvc.gateway.connections import ClientDeadlines, deadline_protocol
 from ttsvc.observability.logs import get_logger
 
 log = get_logger("server")
+
+CUT_WAIT_S = 0.25
+"""After the grace, how long aborted responses get to end before their connections are dropped."""
 
 
 class DrainingServer(uvicorn.Server):
@@ -48,8 +54,29 @@ class DrainingServer(uvicorn.Server):
     async def _drain(self) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.gateway.idle.wait(), self.grace_s)
-        log.info("drained", inflight=self.gateway.inflight)
+        # what is still running now would otherwise be cancelled by uvicorn's own shutdown
+        # timeout (seconds later, with a traceback each, and a stream that may look complete)
+        aborted = self.gateway.abort_exchanges(
+            "shutdown", "the server shut down before this request finished; retry"
+        )
+        dropped = await self._end_responses() if aborted else 0
+        log.info("drained", aborted=aborted, dropped_connections=dropped)
         self.should_exit = True
+
+    async def _end_responses(self) -> int:
+        """Let the aborted responses end, then drop the connections whose response still has
+        not (a client that does not read keeps its response blocked on a full socket); returns
+        how many were dropped."""
+        tasks = set(self.server_state.tasks)
+        if tasks:
+            await asyncio.wait(tasks, timeout=CUT_WAIT_S)
+        dropped = 0
+        for connection in list(self.server_state.connections):
+            cycle = getattr(connection, "cycle", None)
+            if cycle is not None and not cycle.response_complete and not cycle.disconnected:
+                connection.transport.abort()  # no terminator, no flush: an incomplete response
+                dropped += 1
+        return dropped
 
 
 def serve(settings: Settings, voice: str) -> int:
@@ -59,6 +86,7 @@ def serve(settings: Settings, voice: str) -> int:
     deadlines = ClientDeadlines(
         settings.idle_timeout_s, settings.header_timeout_s, settings.body_timeout_s
     )
+    logging.getLogger("uvicorn.error").addFilter(QuietAborts())
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -72,7 +100,7 @@ def serve(settings: Settings, voice: str) -> int:
         log_config=None,  # logging is ours: uvicorn's records go through the JSON renderer
         access_log=True,
         lifespan="on",
-        timeout_graceful_shutdown=5,  # after the drain: only idle connections are left
+        timeout_graceful_shutdown=1,  # after the drain: only idle or aborted connections are left
     )
     server = DrainingServer(config, app.state.gateway, settings.drain_grace_s)
     server.run()

@@ -52,6 +52,10 @@ class ServiceMetrics:
                                            "Connections closed for keeping the server waiting, "
                                            "by phase: idle, header or body",
                                            ["phase"], registry=r)  # fmt: skip
+        self.aborted_streams = Counter("ttsvc_aborted_streams",
+                                       "Streams cut off after their audio began, by reason; the "
+                                       "response ends without its terminator, so clients see "
+                                       "an error", ["reason"], registry=r)  # fmt: skip
         self.underruns = Counter("ttsvc_underruns",
                                  "Chunks that arrived after the audio before them would have "
                                  "finished playing in real time", registry=r)  # fmt: skip

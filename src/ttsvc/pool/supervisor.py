@@ -41,6 +41,12 @@ from ttsvc.worker.process import run_worker
 log = get_logger("pool")
 Mailbox = asyncio.Queue[AudioChunkMsg | StreamDone | StreamError]
 
+_EXIT_MESSAGES = {
+    "worker_died": "the worker serving this request exited; retry shortly",
+    "stalled": "the worker serving this request stopped responding; retry shortly",
+}
+"""What a stream's client is told when its worker is gone, by reason."""
+
 
 @dataclass
 class WorkerSpec:
@@ -74,6 +80,8 @@ class _WorkerHandle:
     last_seen: float = field(default_factory=time.monotonic)
     outbox: queue.SimpleQueue[ToWorker | None] = field(default_factory=queue.SimpleQueue)
     """Messages for the worker, sent in order by its own sender thread (``None`` stops it)."""
+    killed_for: str | None = None
+    """Why the pool killed it (``stalled``), so its streams fail with that reason."""
 
 
 class WorkerPool:
@@ -112,9 +120,15 @@ class WorkerPool:
 
     async def _watch(self) -> None:
         """Kill workers that never got READY or went silent; their exit then runs the usual
-        death path (fail their streams, respawn with backoff)."""
+        death path (fail their streams, respawn with backoff).
+
+        Before that, a worker silent past the balancer's heartbeat timeout is no longer routed
+        to, and the requests still waiting on it for their first audio are failed at once:
+        otherwise they would wait out the queue deadline on a worker that may never answer.
+        """
         spec = self.spec
-        period = min(0.5, spec.silence_timeout_s / 4)
+        stale_after = self.balancer.settings.heartbeat_timeout
+        period = min(0.5, spec.silence_timeout_s / 4, stale_after / 2)
         while not self._closing:
             await asyncio.sleep(period)
             now = time.monotonic()
@@ -125,10 +139,30 @@ class WorkerPool:
                     stuck = now - handle.started_at > spec.start_timeout_s
                 else:
                     stuck = now - handle.last_seen > spec.silence_timeout_s
+                    if now - handle.last_seen > stale_after and handle.waiting:
+                        self._fail_waiting(handle)
                 if stuck:
                     log.warning("worker_unresponsive", worker=handle.id, ready=bool(handle.ready),
                                 silent_s=round(now - handle.last_seen, 1))  # fmt: skip
+                    handle.killed_for = "stalled"
                     handle.process.kill()
+
+    def _fail_waiting(self, handle: _WorkerHandle) -> None:
+        """Fail the streams queued on a silent worker that have no audio yet (503).
+
+        They stay on the worker's books until the worker ends them: their exchanges cancel
+        them, and a worker that wakes up drops them (and so releases their balancer slots).
+        """
+        log.warning("worker_heartbeat_stale", worker=handle.id, waiting=len(handle.waiting),
+                    silent_s=round(time.monotonic() - handle.last_seen, 1))  # fmt: skip
+        for uid in list(handle.waiting):
+            box = self.mailboxes.get(uid)
+            if box is not None:
+                box.put_nowait(StreamError(uid, 503, "worker_unresponsive",
+                                           "the worker this request waited on stopped "
+                                           "responding; retry shortly"))  # fmt: skip
+        handle.waiting.clear()
+        self._gauges(handle)
 
     def _spawn(self, wid: int) -> None:
         parent, child = self._ctx.Pipe(duplex=True)
@@ -177,14 +211,22 @@ class WorkerPool:
         """Draining: a worker that exits now is not replaced."""
         self._closing = True
 
-    async def close(self, timeout: float = 5.0) -> None:
-        """Ask workers to exit, then make sure they did."""
+    async def close(self, timeout: float = 1.0) -> None:
+        """Ask workers to exit, then make sure they did.
+
+        The wait is short because it is part of the drain's bound (grace plus two seconds): a
+        worker has nothing to save, so one still busy after it is killed, and one already
+        silent past the heartbeat timeout (hung, stopped) is killed without waiting at all.
+        """
         self._closing = True
         if self._watchdog is not None:
             self._watchdog.cancel()
+        now = time.monotonic()
         for handle in list(self.workers.values()):
             self._send(handle, Shutdown())
             handle.outbox.put(None)
+            if now - handle.last_seen > self.balancer.settings.heartbeat_timeout:
+                handle.process.kill()
         deadline = time.monotonic() + timeout
         for handle in list(self.workers.values()):
             remaining = max(0.0, deadline - time.monotonic())
@@ -232,12 +274,14 @@ class WorkerPool:
             return
         code = handle.process.exitcode
         self.balancer.remove_worker(handle.id)
+        # clients learn why in words; the exit code stays in this process's log (worker_died)
+        reason = handle.killed_for or "worker_died"
+        message = _EXIT_MESSAGES[reason]
         for uid in list(handle.streams):
             box = self.mailboxes.get(uid)
             if box is not None:
-                box.put_nowait(
-                    StreamError(uid, 503, "worker_died", f"worker {handle.id} exited ({code})")
-                )
+                box.put_nowait(StreamError(uid, 503, reason, message))
+        failed = len(handle.streams)
         handle.streams.clear()
         handle.waiting.clear()
         self._gauges(handle)
@@ -252,7 +296,8 @@ class WorkerPool:
         if self.metrics is not None:
             self.metrics.worker_restarts.inc()
         delay = min(30.0, 0.5 * 2 ** (failures - 1))
-        log.warning("worker_died", worker=handle.id, exitcode=code, respawn_in_s=delay)
+        log.warning("worker_died", worker=handle.id, exitcode=code, reason=reason,
+                    streams_failed=failed, respawn_in_s=delay)  # fmt: skip
         self.loop.call_later(delay, self._respawn, handle.id)
 
     def _respawn(self, wid: int) -> None:
