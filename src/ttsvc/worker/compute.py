@@ -118,7 +118,10 @@ class StreamScheduler:
     def _start(self, stream: _Stream) -> Iterator[AudioChunk]:
         """Run the front end lazily, inside the stream's first step (its errors are its own)."""
         return stream.synth.stream(
-            stream.job.text, self._params(stream), budget=lambda: self._budget(stream)
+            stream.job.text,
+            self._params(stream),
+            budget=lambda: self._budget(stream),
+            max_audio_s=stream.job.max_audio_s,
         )
 
     @staticmethod
