@@ -725,8 +725,8 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
     if client_id:
         log.info("request_id", uid=uid, client_request_id=client_id[:128])
     job = SynthesisJob(uid, order.text, order.speed, order.noise_scale, order.noise_w,
-                       order.sentence_silence, order.sample_rate,
-                       settings.max_audio_s)  # fmt: skip
+                       order.sentence_silence, order.sample_rate, settings.max_audio_s,
+                       None if key is None else key.name)  # fmt: skip
     exchange = SynthesisExchange(state, request, pool, wid, job, qsize)
     exchange.ticket = ticket
     exchange.encoder = encoder
