@@ -26,8 +26,10 @@ COPY docker/healthcheck.py /opt/ttsvc/healthcheck.py
 WORKDIR /tmp
 # Engines are TensorRT plans built on a matching GPU and mounted at this path (the HostPath);
 # the read-only image never compiles anything itself.
+# a container is reached through its own network namespace: listen on every interface there
+# (a bare `ttsvc serve` defaults to loopback)
 ENV TTSVC_ENGINES_DIR=/opt/ttsvc/engines TTSVC_ENGINE_CACHE_DIR=/tmp/engine-cache \
-    TTSVC_COMPILE_DEFAULT_VOICE=false
+    TTSVC_COMPILE_DEFAULT_VOICE=false TTSVC_HOST=0.0.0.0
 USER 10001:10001
 EXPOSE 9000 9091
 HEALTHCHECK --interval=5s --timeout=4s --start-period=120s CMD ["python", "/opt/ttsvc/healthcheck.py"]
@@ -52,7 +54,7 @@ COPY --from=build /opt/ttsvc/engines /opt/ttsvc/engines
 COPY docker/healthcheck.py /opt/ttsvc/healthcheck.py
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/tmp \
     TTSVC_ENGINES_DIR=/opt/ttsvc/engines TTSVC_ENGINE_CACHE_DIR=/tmp/engine-cache \
-    TTSVC_COMPILE_DEFAULT_VOICE=false
+    TTSVC_COMPILE_DEFAULT_VOICE=false TTSVC_HOST=0.0.0.0
 WORKDIR /tmp
 USER 10001:10001
 EXPOSE 9000 9091

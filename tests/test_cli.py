@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from ttsvc.audio.wav import read_wav
+from ttsvc.cli import _overrides, build_parser
+from ttsvc.config import Settings
 from ttsvc.repository.layout import EngineVersion
 
 
@@ -54,3 +56,19 @@ def test_engines_ls(default_version: EngineVersion, engines_root: Path, tmp_path
     result = _ttsvc("engines", "ls", "--engines-dir", str(engines_root), cwd=tmp_path)
     assert result.returncode == 0
     assert "* en_US-joe-medium v1 ort fp32/fp32" in result.stdout
+
+
+def test_serve_says_it_binds_loopback_by_default(tmp_path: Path) -> None:
+    result = _ttsvc("serve", "--help", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "default 127.0.0.1" in " ".join(result.stdout.split())
+
+
+def test_admission_flags_reach_the_settings() -> None:
+    args = build_parser().parse_args(["serve", "--default-key-streams", "3", "--max-audio-s",
+                                      "120", "--no-api-docs"])  # fmt: skip
+    settings = Settings(**_overrides(args))  # type: ignore[arg-type]
+    assert settings.default_key_streams == 3 and settings.max_audio_s == 120
+    assert settings.api_docs is False
+    plain = Settings(**_overrides(build_parser().parse_args(["serve"])))  # type: ignore[arg-type]
+    assert (plain.host, plain.default_key_streams, plain.api_docs) == ("127.0.0.1", None, True)

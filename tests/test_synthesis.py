@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 
 from tests.conftest import run_piper
-from ttsvc.errors import NothingToSay
+from ttsvc.errors import AudioTooLong, NothingToSay
 from ttsvc.synthesis import SynthesisParams, Synthesizer, WindowSchedule, to_pcm16
 
 DETERMINISTIC = SynthesisParams(noise_scale=0.0, noise_w=0.0)
@@ -234,3 +234,37 @@ def test_budgeted_stream_still_equals_one_shot(synth: Synthesizer) -> None:
         synth.frame_cost_s = 0.0
     whole = synth.synthesize(text, DETERMINISTIC)
     assert np.max(np.abs(streamed.astype(np.int32) - whole.astype(np.int32))) <= 33
+
+
+def test_audio_cap_refuses_before_any_audio_from_the_estimate(synth: Synthesizer) -> None:
+    params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
+    text = "1234567890 " * 10
+    whole = len(synth.synthesize(text, params)) / synth.sample_rate
+    per_id = synth.seconds_per_id()
+    assert 0.02 <= per_id <= 0.03  # measured on the canary
+    chunks = synth.stream(text, params, max_audio_s=whole / 2)
+    with pytest.raises(AudioTooLong, match="would make about"):
+        next(chunks)  # the very first step: nothing was produced
+    slow = synth.stream(text, SynthesisParams(speed=0.5, noise_scale=0.0, noise_w=0.0),
+                        max_audio_s=whole * 1.5)  # fmt: skip
+    with pytest.raises(AudioTooLong):
+        next(slow)  # half the speed, twice the audio
+    assert sum(len(c.samples) for c in synth.stream(text, params, max_audio_s=whole * 1.2)) == (
+        len(synth.synthesize(text, params))
+    )
+
+
+def test_audio_cap_stops_a_stream_before_the_sentence_that_would_pass_it(
+    synth: Synthesizer,
+) -> None:
+    params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
+    text = "Yes. " * 12  # short sentences: more audio per phoneme than the estimate assumes
+    estimate = sum(len(s.ids) for s in synth.sentences(text)) * synth.seconds_per_id()
+    estimate += 11 * params.sentence_silence
+    cap = estimate * 1.05
+    assert len(synth.synthesize(text, params)) / synth.sample_rate > cap
+    sent = 0
+    with pytest.raises(AudioTooLong, match="would pass"):
+        for chunk in synth.stream(text, params, max_audio_s=cap):
+            sent += len(chunk.samples)
+    assert 0 < sent <= cap * synth.sample_rate

@@ -64,7 +64,9 @@ def _add_synth(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the HTTP service (gateway + worker pool)")
-    p.add_argument("--host", default=None)
+    p.add_argument("--host", default=None,
+                   help="address of the API and metrics (default 127.0.0.1: this machine only; "
+                   "0.0.0.0 listens on every interface, as the image and the chart set)")
     p.add_argument("--port", type=int, default=None, help="default 9000")
     p.add_argument("--metrics-port", type=int, default=None, help="default 9091; 0: off")
     p.add_argument("--workers", type=int, default=None, help="default: CPU count")
@@ -91,6 +93,14 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="requests per minute for keys that set none (default: unlimited)")
     p.add_argument("--default-audio-s-per-min", type=float, default=None,
                    help="audio seconds per minute for keys that set none (default: unlimited)")
+    p.add_argument("--default-key-streams", type=int, default=None,
+                   help="concurrent streams for keys that set none (default: a fair share of "
+                   "the slots)")
+    p.add_argument("--max-audio-s", type=float, default=None,
+                   help="most audio seconds one request may produce (default 600)")
+    p.add_argument("--no-api-docs", action="store_false", default=None, dest="api_docs",
+                   help="turn off /docs, /redoc and /openapi.json (default: on, behind the key "
+                   "when keys are on)")
     p.add_argument("--cors-origin", action="append", default=None, dest="cors_origins",
                    help="allow browser calls from this origin (repeatable; default: none)")
     p.add_argument("--voice-alias", action="append", default=None, dest="voice_aliases",
@@ -106,6 +116,8 @@ def _add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--rpm", type=int, default=None, help="requests per minute (default: none)")
     p.add_argument("--audio-s-per-min", type=float, default=None,
                    help="seconds of audio per minute (default: none)")
+    p.add_argument("--streams", type=int, default=None,
+                   help="concurrent streams (default: the server's default, a fair share)")
 
 
 def _add_engines(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -138,6 +150,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
              "multiplex": "multiplex", "window_budget_share": "window_budget_share",
              "api_keys_file": "api_keys_file",
              "default_rpm": "default_rpm", "default_audio_s_per_min": "default_audio_s_per_min",
+             "default_key_streams": "default_key_streams", "max_audio_s": "max_audio_s",
+             "api_docs": "api_docs",
              "cors_origins": "cors_origins"}  # fmt: skip
     overrides = {
         field: getattr(args, flag)
@@ -264,14 +278,16 @@ def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
     if path is None:
         print("ttsvc keys: name the key file with --file or TTSVC_API_KEYS_FILE", file=sys.stderr)
         return 2
-    if (args.rpm is not None and args.rpm < 1) or (
-        args.audio_s_per_min is not None and args.audio_s_per_min <= 0
+    if (
+        (args.rpm is not None and args.rpm < 1)
+        or (args.audio_s_per_min is not None and args.audio_s_per_min <= 0)
+        or (args.streams is not None and args.streams < 1)
     ):
         print("ttsvc keys: limits must be positive", file=sys.stderr)
         return 2
     key = new_key()
     try:
-        line = key_line(args.name, key, Quota(args.rpm, args.audio_s_per_min))
+        line = key_line(args.name, key, Quota(args.rpm, args.audio_s_per_min, args.streams))
         if path.exists():
             names = {k.name for k in parse_keys(path.read_text(encoding="utf-8"), str(path),
                                                 Quota())}  # fmt: skip

@@ -44,8 +44,13 @@ class Settings(BaseSettings):
     """Sentences longer than this are split at clauses for streaming."""
     max_text_chars: int = Field(4096, ge=1, le=100_000)
     """Longest text accepted per request."""
-    host: str = "0.0.0.0"  # a container: listen on every interface
-    """Address ``ttsvc serve`` listens on."""
+    max_audio_s: float = Field(600.0, gt=0, le=86_400)
+    """Most audio one request may produce, in seconds at its speed: a text estimated to exceed
+    it is refused with 422 before any audio, and a stream that would pass it is stopped."""
+    host: str = "127.0.0.1"
+    """Address ``ttsvc serve`` and its metrics listen on: loopback unless asked, so a bare
+    ``ttsvc serve`` on a workstation is not reachable from the network; the image and the chart
+    set ``0.0.0.0`` (a container is reached through its own network namespace)."""
     port: int = Field(9000, ge=1, le=65535)
     metrics_port: int = Field(9091, ge=0, le=65535)
     """Prometheus ``/metrics`` port, apart from the API so it need not be public; 0 turns it off."""
@@ -110,6 +115,12 @@ class Settings(BaseSettings):
     """Requests per minute for keys whose line sets none (unset: unlimited)."""
     default_audio_s_per_min: float | None = Field(None, gt=0, le=1_000_000)
     """Audio seconds per minute for keys whose line sets none (unset: unlimited)."""
+    default_key_streams: int | None = Field(None, ge=1, le=1_000_000)
+    """Concurrent streams for keys whose line sets none (unset: a fair share of the slots, see
+    ``KeyRateLimiter.fair_share``)."""
+    api_docs: bool = True
+    """Serve ``/docs``, ``/redoc`` and ``/openapi.json``; with API keys on they need a key like
+    every other route."""
     cors_origins: list[str] = Field(default_factory=list)
     """Browser origins allowed to call the API (``https://app.example.com``, or ``*``; in the
     environment a JSON list); empty: no CORS headers at all, so browsers on other origins are

@@ -59,6 +59,12 @@ class UnspeakableText(InvalidParameter):
     type = "unspeakable_text"
 
 
+class AudioTooLong(InvalidParameter):
+    """The text would make more audio than the configured cap: refused before any audio."""
+
+    type = "audio_too_long"
+
+
 class FormatUnavailable(InvalidParameter):
     """A response format the API names but this build cannot encode (AAC: no libsndfile codec)."""
 
@@ -163,6 +169,16 @@ class RateLimited(TTSError):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+
+
+class KeyStreamsExceeded(TTSError):
+    """The key already holds as many concurrent streams as it may (its share of the slots)."""
+
+    status = 429
+    type = "key_streams_exceeded"
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
 
 
 class Draining(TTSError):

@@ -46,6 +46,11 @@ class SynthesisJob:
     sentence_silence: float
     sample_rate: int | None = None
     """Output rate; ``None`` is the voice's own rate (no resampling)."""
+    max_audio_s: float | None = None
+    """Most audio the stream may produce (seconds); ``None``: no cap."""
+    key: str | None = None
+    """Name of the API key that asked (``None``: no keys): streams of different keys take
+    turns on a worker."""
 
 
 @dataclass(frozen=True)

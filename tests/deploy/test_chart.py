@@ -157,6 +157,9 @@ def test_pod_contract(chart: helm.Chart, name: str) -> None:
     else:
         assert engines == []
     assert data["TTSVC_COMPILE_DEFAULT_VOICE"] == "false"  # never write into the engines dir
+    # the service binds loopback unless told: in a pod the Service, kubelet's probes and
+    # Prometheus come from outside the container
+    assert data["TTSVC_HOST"] == "0.0.0.0" != settings.host
 
     # read-only root: the only writable place is /tmp, and the engine cache lives there
     (tmp,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]

@@ -118,6 +118,8 @@ def test_runtime_properties(targets: dict[str, Stage], target: str) -> None:
     assert env["TTSVC_COMPILE_DEFAULT_VOICE"] == "false"  # never write under the engines dir
     assert env["TTSVC_ENGINES_DIR"] == "/opt/ttsvc/engines"  # the chart's default mountPath
     assert env["PYTHONDONTWRITEBYTECODE"] == "1"
+    # a bare `ttsvc serve` binds loopback; a container must listen where it is published
+    assert env["TTSVC_HOST"] == "0.0.0.0" != settings.host
 
 
 @pytest.mark.parametrize("target", ["build", "gpu"])

@@ -25,7 +25,8 @@ def _free_port() -> int:
 
 
 class Server:
-    """A `ttsvc serve` subprocess and a client for it."""
+    """A `ttsvc serve` subprocess and a client for it (``host=None``: the service's default
+    address, which is loopback too)."""
 
     def __init__(
         self,
@@ -33,6 +34,7 @@ class Server:
         *args: str,
         env: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
+        host: str | None = "127.0.0.1",
     ) -> None:
         self.port = _free_port()
         self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - open as long as the server
@@ -40,7 +42,7 @@ class Server:
         self.metrics_port = _free_port()
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ttsvc.cli", "serve", "--host", "127.0.0.1",
+            [sys.executable, "-m", "ttsvc.cli", "serve", *(["--host", host] if host else []),
              "--port", str(self.port), "--metrics-port", str(self.metrics_port),
              "--engines-dir", str(engines), *args],
             stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
@@ -137,8 +139,9 @@ def write_keys(path: Path, quotas: dict[str, dict[str, float]]) -> dict[str, str
     keys = {}
     for name, limits in quotas.items():
         keys[name] = new_key()
-        rpm = limits.get("rpm")
-        quota = Quota(None if rpm is None else int(rpm), limits.get("audio_s_per_min"))
+        rpm, streams = limits.get("rpm"), limits.get("streams")
+        quota = Quota(None if rpm is None else int(rpm), limits.get("audio_s_per_min"),
+                      None if streams is None else int(streams))  # fmt: skip
         append_key(path, key_line(name, keys[name], quota))
     return keys
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import multiprocessing
 import os
 import queue
@@ -87,9 +88,13 @@ def test_probes_stay_open_and_everything_else_is_guarded(server: Server) -> None
     with httpx.Client(base_url=server.url, timeout=10) as anonymous:
         assert anonymous.get("/health").status_code == 200
         assert anonymous.get("/live").status_code == 200
-        for path in ("/voices", "/v1/models"):
-            assert anonymous.get(path).status_code == 401
-    assert server.client.get("/v1/models").status_code == 200
+        for path in ("/voices", "/v1/models", "/docs", "/redoc", "/openapi.json"):
+            refused = anonymous.get(path)
+            error = refused.json()["error"] if path.startswith("/v1/") else refused.json()
+            assert refused.status_code == 401 and error["type"] == "unauthorized"
+    for path in ("/v1/models", "/docs", "/redoc", "/openapi.json"):
+        assert server.client.get(path).status_code == 200
+    assert "/synthesize" in server.client.get("/openapi.json").json()["paths"]
 
 
 def test_request_quota_gives_429_with_retry_after(server: Server, keys: dict[str, str]) -> None:
@@ -180,6 +185,56 @@ def test_a_flooding_key_does_not_slow_another(server: Server, keys: dict[str, st
     assert ratio <= 2.0
 
 
+LONG_TEXT = "A caller who keeps the line open for a long while, on and on. " * 20
+"""About a minute of audio: a stream that is still running when the next requests arrive (the
+test also never reads its body, so it cannot finish before the test lets go of it)."""
+
+
+@pytest.fixture(scope="module")
+def pair(
+    default_version: EngineVersion, tmp_path_factory: pytest.TempPathFactory, engines_root: Path
+) -> Iterator[tuple[Server, dict[str, str]]]:
+    """Two keys on four slots: ``flood`` takes the fair share (half), ``quiet`` its line's one."""
+    key_file = tmp_path_factory.mktemp("pair-keys") / "keys"
+    keys = write_keys(key_file, {"flood": {}, "quiet": {"streams": 1}})
+    srv = Server(engines_root, "--workers", "1", "--max-streams-per-worker", "4",
+                 "--api-keys-file", str(key_file), headers=bearer(keys["quiet"]))  # fmt: skip
+    srv.wait_ready(1)
+    yield srv, keys
+    srv.stop()
+
+
+def test_a_flooding_key_keeps_to_its_share_of_the_stream_slots(
+    pair: tuple[Server, dict[str, str]],
+) -> None:
+    server, keys = pair
+    with contextlib.ExitStack() as held, httpx.Client(base_url=server.url, timeout=60) as c:
+
+        def open_stream(key: str, text: str = LONG_TEXT) -> httpx.Response:
+            return held.enter_context(c.stream("POST", "/synthesize", json={"text": text},
+                                               headers=bearer(key)))  # fmt: skip
+
+        assert [open_stream(keys["flood"]).status_code for _ in range(2)] == [200, 200]
+        refused = open_stream(keys["flood"])  # two of four slots are its share
+        refused.read()
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["type"] == "key_streams_exceeded"
+        assert refused.headers["retry-after"] == "1"
+        # the other key is served while the flood holds all it may
+        assert post(server, keys["quiet"], body={"text": "Still there?"}).status_code == 200
+        assert open_stream(keys["quiet"]).status_code == 200
+        own = post(server, keys["quiet"])  # its key line allows one stream at a time
+        assert own.status_code == 429 and own.json()["type"] == "key_streams_exceeded"
+    server.wait_idle()  # the held streams were cancelled when the client let go
+    assert post(server, keys["flood"]).status_code == 200  # and their slots came back
+    lines = [json.loads(x) for x in server.log_lines() if '"event": "request"' in x]
+    refusals = [x for x in lines if x.get("status") == "key_streams_exceeded"]
+    assert {(x["key"], x["code"]) for x in refusals} == {("flood", 429), ("quiet", 429)}
+    assert len(refusals) == 2  # one completion line each
+    text = httpx.get(server.metrics_url, timeout=10).text
+    assert 'ttsvc_rejections_total{reason="key_streams_exceeded"} 2.0' in text
+
+
 def test_keys_never_reach_the_logs(server: Server, keys: dict[str, str]) -> None:
     for key in keys.values():
         post(server, key)
@@ -240,8 +295,11 @@ def test_key_file_lines() -> None:
     assert [k.name for k in keys] == ["alice", "bob"]
     assert keys[0].quota == Quota(100, None)  # the default fills what a line leaves out
     assert keys[1].quota == Quota(5, 2.5)
+    streams = parse_keys(f"carol {digest} streams=2\ndan {digest}", "keys", Quota(None, None, 3))
+    assert [k.quota.streams for k in streams] == [2, 3]  # the default setting fills it too
     for bad in (f"alice {digest}\nalice {digest}", "alice nothex", f"a {digest} rpm=0",
-                f"a {digest} burst=3", f"a b {digest}"):  # fmt: skip
+                f"a {digest} burst=3", f"a b {digest}", f"a {digest} streams=0",
+                f"a {digest} streams=1.5", f"a {digest} audio_s_per_min=inf"):  # fmt: skip
         with pytest.raises(KeyFileError, match="keys:"):
             parse_keys(bad, "keys", Quota())
 
@@ -267,9 +325,12 @@ def test_keys_cli_refuses_duplicates_and_needs_a_file(tmp_path: Path) -> None:
     assert added.returncode == 0, added.stderr
     key = added.stdout.strip()
     assert key not in added.stderr
-    line = path.read_text()
-    assert line == f"svc {hash_key(key)}\n"
+    assert path.read_text() == f"svc {hash_key(key)}\n"
     assert path.stat().st_mode & 0o077 == 0  # not readable by others
+    limited = keys_cli("add", "one-stream", "--file", str(path), "--streams", "1")
+    assert limited.returncode == 0, limited.stderr
+    assert parse_keys(path.read_text(), "keys", Quota())[-1].quota == Quota(streams=1)
+    line = path.read_text()
     again = keys_cli("add", "svc", "--file", str(path), "--audio-s-per-min", "30")
     assert again.returncode == 2 and "exists already" in again.stderr
     assert path.read_text() == line

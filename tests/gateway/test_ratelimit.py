@@ -1,11 +1,12 @@
-"""Per-key quotas, driven by a fake clock (no waiting, exact arithmetic)."""
+"""Per-key quotas and concurrent streams, driven by a fake clock (no waiting, exact arithmetic);
+the two-key test against a real server is in ``test_auth``."""
 
 from __future__ import annotations
 
 import pytest
 
-from ttsvc.errors import RateLimited
-from ttsvc.gateway.ratelimit import CHARS_PER_AUDIO_SECOND, KeyRateLimiter, Quota
+from ttsvc.errors import KeyStreamsExceeded, RateLimited
+from ttsvc.gateway.ratelimit import ACTIVE_WINDOW_S, CHARS_PER_AUDIO_SECOND, KeyRateLimiter, Quota
 
 
 class FakeClock:
@@ -100,3 +101,75 @@ def test_forgotten_keys_start_afresh() -> None:
     limiter.admit("gone", quota, 1)
     limiter.forget({"kept"})
     limiter.admit("gone", quota, 1)
+
+
+def test_a_key_holds_at_most_its_fair_share_of_the_slots() -> None:
+    limiter = KeyRateLimiter(FakeClock(), slots=16)
+    tickets = [limiter.admit("flood", Quota(), 10, keys_total=2) for _ in range(8)]
+    with pytest.raises(KeyStreamsExceeded) as refused:
+        limiter.admit("flood", Quota(), 10, keys_total=2)  # half of 16 with two keys
+    assert refused.value.status == 429 and refused.value.headers() == {"Retry-After": "1"}
+    for _ in range(8):
+        limiter.admit("quiet", Quota(), 10, keys_total=2)  # the other half stays for it
+    limiter.settle(tickets[0], 1.0)
+    limiter.settle(tickets[0], 1.0)  # settling twice gives back one stream, not two
+    assert limiter.streams("flood") == 7
+    limiter.admit("flood", Quota(), 10, keys_total=2)
+    with pytest.raises(KeyStreamsExceeded):
+        limiter.admit("flood", Quota(), 10, keys_total=2)
+
+
+def test_fair_share_follows_the_keys_in_the_file_and_those_active() -> None:
+    clock = FakeClock()
+    limiter = KeyRateLimiter(clock, slots=16)
+    assert limiter.fair_share("only", keys_total=1) == 16  # nobody else to keep a share for
+    assert limiter.fair_share("a", keys_total=2) == 8
+    assert limiter.fair_share("a", keys_total=10) == 8  # alone: half kept for a newcomer
+    limiter.admit("b", Quota(), 10, keys_total=10)
+    assert limiter.fair_share("a", keys_total=10) == 5  # a, b and one kept share
+    once = Quota(requests_per_minute=1)
+    limiter.settle(limiter.admit("c", once, 10, keys_total=10), 0.5)
+    with pytest.raises(RateLimited):
+        limiter.admit("c", once, 10, keys_total=10)
+    assert limiter.fair_share("a", keys_total=10) == 4  # c asked, even if refused
+    clock.now += ACTIVE_WINDOW_S
+    assert limiter.fair_share("a", keys_total=10) == 5  # c went quiet; b still holds a stream
+    assert limiter.fair_share("a", keys_total=1) == 16  # the file shrank to one key
+    assert KeyRateLimiter(clock, slots=3).fair_share("a", keys_total=100) == 1  # never 0
+
+
+def test_a_key_line_limit_overrides_the_fair_share_and_refunds_release() -> None:
+    limiter = KeyRateLimiter(FakeClock(), slots=16)
+    one = Quota(streams=1)
+    ticket = limiter.admit("one", one, 10, keys_total=2)
+    with pytest.raises(KeyStreamsExceeded):
+        limiter.admit("one", one, 10, keys_total=2)
+    limiter.refund(ticket)  # refused by the service after admission: the stream comes back
+    limiter.admit("one", one, 10, keys_total=2)
+    big = Quota(streams=12)
+    for _ in range(12):  # above the fair share of 8: the operator said so
+        limiter.admit("big", big, 10, keys_total=2)
+    with pytest.raises(KeyStreamsExceeded):
+        limiter.admit("big", big, 10, keys_total=2)
+
+
+def test_a_refused_stream_takes_no_request_from_the_quota() -> None:
+    limiter = KeyRateLimiter(FakeClock(), slots=2)
+    quota = Quota(requests_per_minute=2, streams=1)
+    first = limiter.admit("a", quota, 10)
+    with pytest.raises(KeyStreamsExceeded):
+        limiter.admit("a", quota, 10)
+    limiter.settle(first, 0.5)
+    limiter.admit("a", quota, 10)  # the minute's second request is still there
+    with pytest.raises(RateLimited):
+        limiter.admit("a", quota, 10)
+
+
+def test_streams_in_flight_outlive_a_key_file_reload() -> None:
+    limiter = KeyRateLimiter(FakeClock(), slots=4)
+    ticket = limiter.admit("gone", Quota(streams=1), 1)
+    limiter.forget({"kept"})
+    with pytest.raises(KeyStreamsExceeded):  # its stream still runs
+        limiter.admit("gone", Quota(streams=1), 1)
+    limiter.settle(ticket, 0.0)
+    limiter.admit("gone", Quota(streams=1), 1)

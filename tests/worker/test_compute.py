@@ -20,8 +20,8 @@ TEXT = (
 )
 
 
-def job(uid: str, text: str = TEXT) -> SynthesisJob:
-    return SynthesisJob(uid, text, 1.0, 0.0, 0.0, 0.2)
+def job(uid: str, text: str = TEXT, key: str | None = None) -> SynthesisJob:
+    return SynthesisJob(uid, text, 1.0, 0.0, 0.0, 0.2, key=key)
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +107,30 @@ def test_multiplexed_streams_are_exact_with_and_without_budgets(
             pcm = np.frombuffer(b"".join(pieces), dtype="<i2").astype(np.int32)
             assert len(pcm) == len(whole), (name, uid)
             assert np.max(np.abs(pcm - whole.astype(np.int32))) <= 33, (name, uid)
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_keys_take_turns_before_deadlines(calibrated: Synthesizer, keyed: bool) -> None:
+    """Three streams of one key that are far behind real time (as on an overloaded worker) and
+    one stream of another key that is not: deadlines alone give every step to the late ones;
+    with keys, the other key gets about every other step."""
+    scheduler = StreamScheduler(calibrated)
+    for uid in ("f1", "f2", "f3"):
+        scheduler.add(job(uid, key="flood" if keyed else None))
+    scheduler.add(job("q", key="quiet" if keyed else None))
+    now, rate = time.monotonic(), calibrated.sample_rate
+    for stream in scheduler.streams.values():  # all playing: no fresh-first step
+        late = stream.job.uid != "q"
+        stream.first_sent_at, stream.samples_sent = now - (30.0 if late else 0.0), rate
+    steps: list[str] = []
+
+    def send(msg: FromWorker) -> None:
+        if isinstance(msg, AudioChunkMsg):
+            steps.append(msg.uid)
+
+    for _ in range(8):
+        scheduler.step(send)
+    if keyed:
+        assert 2 <= steps.count("q") <= 6, steps
+    else:
+        assert "q" not in steps, steps  # the order without keys is unchanged

@@ -24,9 +24,11 @@ from typing import Literal
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import start_http_server
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ttsvc.audio.encode import FORMATS, Encoder, OutputFormat
@@ -151,6 +153,14 @@ class GatewayState:
 SYNTHESIS_PATHS = ("/synthesize", "/v1/audio/speech")
 """Routes whose every request ends in exactly one completion log line."""
 
+_HTTP_TYPES = {400: "invalid_json", 404: "not_found", 405: "method_not_allowed"}
+"""Error types of the HTTP errors Starlette and FastAPI raise themselves."""
+_HTTP_MESSAGES = {
+    "invalid_json": "body is not valid JSON (or not UTF-8)",
+    "not_found": "no such route",
+    "method_not_allowed": "method not allowed on this route",
+}
+
 
 def _labels(request: Request) -> dict[str, object]:
     """The request's key name and format, for its log line (set as the request is checked)."""
@@ -199,10 +209,12 @@ def _started(request: Request) -> float:
 
 def create_app(settings: Settings, voice: str) -> FastAPI:
     """Build the app; the worker pool starts in the lifespan, not at import or construction."""
-    state = GatewayState(settings, voice)
+    slots = settings.workers * settings.max_streams_per_worker
+    state = GatewayState(settings, voice, limiter=KeyRateLimiter(time.monotonic, slots))
     state.idle.set()
     if settings.api_keys_file is not None:
-        default = Quota(settings.default_rpm, settings.default_audio_s_per_min)
+        default = Quota(settings.default_rpm, settings.default_audio_s_per_min,
+                        settings.default_key_streams)  # fmt: skip
         state.keys = KeyStore(settings.api_keys_file, default, polling=settings.watch_polling)
 
     @asynccontextmanager
@@ -268,16 +280,40 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             if settings.engine_cache_dir is None:
                 await asyncio.to_thread(shutil.rmtree, scratch, True)
 
-    app = FastAPI(title="ttsvc", lifespan=lifespan)
+    # the documentation routes are added below, behind the key like every other route
+    app = FastAPI(title="ttsvc", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)  # fmt: skip
     app.state.gateway = state
 
     @app.exception_handler(TTSError)
     async def _tts_error(request: Request, exc: TTSError) -> JSONResponse:
         return _error(state, request, exc.to_body(), exc.status, exc.headers())
 
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        # Starlette's own answers (unknown route, wrong method) and FastAPI's 400 for a body it
+        # could not decode, in the same shape as every other error
+        kind = _HTTP_TYPES.get(exc.status_code, "http_error")
+        body = {"error": _HTTP_MESSAGES.get(kind, str(exc.detail)), "type": kind}
+        if kind == "invalid_json":
+            body["field"] = "body"
+        return _error(state, request, body, exc.status_code, dict(exc.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def _crashed(request: Request, exc: Exception) -> JSONResponse:
+        # uvicorn still logs the traceback; the client gets the shape, never the trace
+        body = {"error": "internal error", "type": "internal_error"}
+        return _error(state, request, body, 500)
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid":  # its loc holds a character offset, no field
+            reason = first.get("ctx", {}).get("error", "not JSON")
+            at = first.get("loc", ("body", "?"))[-1]
+            body = {"error": f"body is not valid JSON: {reason} at character {at}",
+                    "type": "invalid_json", "field": "body"}  # fmt: skip
+            return _error(state, request, body, 400)
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         name = ".".join(loc) or "body"
         body = {"error": f"{name}: {first.get('msg', 'invalid')}", "type": "invalid_parameter",
@@ -312,6 +348,22 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             request.state.key_name = key.name
 
     guarded = [Depends(authenticate)]
+
+    if settings.api_docs:
+        # FastAPI's own documentation routes take no dependencies: these are the same pages
+        # behind the key (a browser cannot send one, so with keys on they serve curl and tools)
+
+        @app.get("/openapi.json", dependencies=guarded, include_in_schema=False)
+        async def openapi() -> JSONResponse:
+            return JSONResponse(app.openapi())
+
+        @app.get("/docs", dependencies=guarded, include_in_schema=False)
+        async def docs() -> HTMLResponse:
+            return get_swagger_ui_html(openapi_url="/openapi.json", title="ttsvc")
+
+        @app.get("/redoc", dependencies=guarded, include_in_schema=False)
+        async def redoc() -> HTMLResponse:
+            return get_redoc_html(openapi_url="/openapi.json", title="ttsvc")
 
     @app.get("/live")
     async def live() -> dict[str, str]:
@@ -799,12 +851,14 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
         raise InvalidParameter(why, field="sample_rate")
     key = getattr(request.state, "key", None)
     ticket = None
-    if key is not None and not key.quota.unlimited:
-        # before the shared slots: a key over its quota never takes one from another key
-        ticket = state.limiter.admit(key.name, key.quota, len(order.text), order.speed)
+    if key is not None and state.keys is not None:
+        # before the shared slots: a key over its quota or its share of the slots never takes
+        # one from another key
+        ticket = state.limiter.admit(key.name, key.quota, len(order.text), order.speed,
+                                     len(state.keys.keys))  # fmt: skip
     encoder: Encoder | None = None
     try:
-        if state.inflight >= settings.workers * settings.max_streams_per_worker:
+        if state.inflight >= state.limiter.slots:
             raise Busy("all stream slots are busy, retry shortly")
         encoder = Encoder(order.format, rate, streamed=order.stream)
         wid = balancer.pick()  # NoWorkerAvailable is a 503 from the error table
@@ -821,7 +875,8 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
     if client_id:
         log.info("request_id", uid=uid, client_request_id=client_id[:128])
     job = SynthesisJob(uid, order.text, order.speed, order.noise_scale, order.noise_w,
-                       order.sentence_silence, order.sample_rate)  # fmt: skip
+                       order.sentence_silence, order.sample_rate, settings.max_audio_s,
+                       None if key is None else key.name)  # fmt: skip
     exchange = SynthesisExchange(state, request, pool, wid, job, qsize)
     exchange.buffered = not order.stream
     exchange.ticket = ticket

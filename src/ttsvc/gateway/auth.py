@@ -1,10 +1,11 @@
 """API keys: a file of key hashes (a mounted Kubernetes Secret works), checked per request.
 
-The file holds one key per line, ``name sha256-hex [rpm=N] [audio_s_per_min=X]``; ``#`` starts
-a comment. Only hashes are at rest: a key is 32 random bytes (``ttsvc keys add`` makes one and
-prints it once), so a fast hash is enough (a slow, salted hash protects guessable passwords, and
-would cost CPU on every request). A presented key is hashed and compared with every entry in
-constant time (``hmac.compare_digest``), so timing tells nothing about which entry came close.
+The file holds one key per line, ``name sha256-hex [rpm=N] [audio_s_per_min=X] [streams=N]``;
+``#`` starts a comment. Only hashes are at rest: a key is 32 random bytes (``ttsvc keys add``
+makes one and prints it once), so a fast hash is enough (a slow, salted hash protects guessable
+passwords, and would cost CPU on every request). A presented key is hashed and compared with
+every entry in constant time (``hmac.compare_digest``), so timing tells nothing about which entry
+came close.
 Keys are never logged: the key's ``name`` is what logs and metrics carry.
 
 ``KeyStore`` lives on the gateway's event loop; reloading reads the file in a thread. It watches
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import math
 import os
 import re
 import secrets
@@ -71,6 +73,8 @@ def key_line(name: str, key: str, quota: Quota) -> str:
         parts.append(f"rpm={quota.requests_per_minute}")
     if quota.audio_s_per_minute is not None:
         parts.append(f"audio_s_per_min={quota.audio_s_per_minute:g}")
+    if quota.streams is not None:
+        parts.append(f"streams={quota.streams}")
     return " ".join(parts)
 
 
@@ -85,7 +89,8 @@ def parse_keys(text: str, source: str, default: Quota) -> list[ApiKey]:
         where = f"{source}:{number}"
         name, *rest = line.split()
         if not _NAME.fullmatch(name) or not rest or not _HEX.fullmatch(rest[0]):
-            raise KeyFileError(f"{where}: expected 'name sha256-hex [rpm=N] [audio_s_per_min=X]'")
+            raise KeyFileError(f"{where}: expected 'name sha256-hex [rpm=N] [audio_s_per_min=X] "
+                               "[streams=N]'")  # fmt: skip
         if name in names:
             raise KeyFileError(f"{where}: key name {name!r} appears twice")
         names.add(name)
@@ -96,13 +101,18 @@ def parse_keys(text: str, source: str, default: Quota) -> list[ApiKey]:
                 number_value = float(value)
             except ValueError:
                 number_value = -1.0
-            if field not in ("rpm", "audio_s_per_min") or number_value <= 0:
-                raise KeyFileError(f"{where}: {option!r}: expected rpm=N or audio_s_per_min=X > 0")
+            whole = field != "audio_s_per_min"  # rpm and streams count whole things
+            if (field not in ("rpm", "audio_s_per_min", "streams")
+                    or not 0 < number_value < math.inf
+                    or (whole and not number_value.is_integer())):  # fmt: skip
+                raise KeyFileError(f"{where}: {option!r}: expected rpm=N, audio_s_per_min=X "
+                                   "or streams=N, > 0")  # fmt: skip
             limits[field] = number_value
-        rpm = limits.get("rpm")
+        rpm, streams = limits.get("rpm"), limits.get("streams")
         quota = Quota(
             int(rpm) if rpm is not None else default.requests_per_minute,
             limits.get("audio_s_per_min", default.audio_s_per_minute),
+            int(streams) if streams is not None else default.streams,
         )
         keys.append(ApiKey(name, bytes.fromhex(rest[0]), quota))
     return keys

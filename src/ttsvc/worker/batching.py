@@ -148,7 +148,8 @@ class BatchStreamScheduler(StreamScheduler):
             stream.started_at = time.monotonic()
             started = time.perf_counter()
             try:
-                stream.steps = stream.synth.stream_steps(stream.job.text, self._params(stream))
+                stream.steps = stream.synth.stream_steps(stream.job.text, self._params(stream),
+                                                         max_audio_s=stream.job.max_audio_s)
             except Exception as exc:
                 self._fail(stream, exc, send)
                 continue

@@ -4,6 +4,10 @@ Many streams share one compute thread, advanced one window at a time:
 a stream that has sent nothing goes first (time to first audio), then the stream whose audio
 already sent would run out soonest if the client plays it in real time (earliest deadline).
 Running one whole request at a time would make the tenth caller wait for nine.
+
+Streams of different API keys take turns by compute time before deadlines count: on a worker
+past its real-time capacity every stream of a flooding key is late, and deadlines alone would
+then serve the flood's streams before another key's.
 """
 
 from __future__ import annotations
@@ -49,9 +53,15 @@ class StreamScheduler:
         self.synth = synth
         self.multiplex = multiplex
         self.streams: dict[str, _Stream] = {}
+        self._served: dict[str | None, float] = {}
+        """Compute seconds each key's streams have had, among keys with streams here."""
 
     def add(self, job: SynthesisJob) -> None:
         """Queue a new stream; its first window runs before any other stream's next window."""
+        active = {s.job.key for s in self.streams.values()}
+        self._served = {k: v for k, v in self._served.items() if k in active}
+        # a key that arrives starts level with the least served one, not owed its idle past
+        self._served.setdefault(job.key, min(self._served.values(), default=0.0))
         self.streams[job.uid] = _Stream(job, self.synth)
 
     def cancel(self, uid: str) -> StreamDone | None:
@@ -74,7 +84,12 @@ class StreamScheduler:
         fresh = [s for s in self.streams.values() if s.first_sent_at is None]
         if fresh:
             return min(fresh, key=lambda s: s.arrived)
-        return min(self.streams.values(), key=self._deadline)
+        streams = list(self.streams.values())
+        keys = {s.job.key for s in streams}
+        if len(keys) > 1:
+            turn = min(keys, key=lambda k: self._served.get(k, 0.0))
+            streams = [s for s in streams if s.job.key == turn]
+        return min(streams, key=self._deadline)
 
     @staticmethod
     def _deadline(stream: _Stream) -> float:
@@ -118,7 +133,10 @@ class StreamScheduler:
     def _start(self, stream: _Stream) -> Iterator[AudioChunk]:
         """Run the front end lazily, inside the stream's first step (its errors are its own)."""
         return stream.synth.stream(
-            stream.job.text, self._params(stream), budget=lambda: self._budget(stream)
+            stream.job.text,
+            self._params(stream),
+            budget=lambda: self._budget(stream),
+            max_audio_s=stream.job.max_audio_s,
         )
 
     @staticmethod
@@ -144,6 +162,7 @@ class StreamScheduler:
             return
         elapsed = time.perf_counter() - started
         stream.compute_s += elapsed
+        self._served[stream.job.key] = self._served.get(stream.job.key, 0.0) + elapsed
         self._emit(stream, chunk, samples, elapsed, send)
 
     def _fail(self, stream: _Stream, exc: Exception, send: Callable[[FromWorker], None]) -> None:
