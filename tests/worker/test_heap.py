@@ -18,7 +18,7 @@ from onnx import numpy_helper
 from tests.gateway.serving import HEALTH_POLLS, Server, wait_engines
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest
-from ttsvc.worker.heap import Heap, _glibc
+from ttsvc.worker.heap import Heap
 
 VOICE = "en_US-joe-medium"
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
@@ -34,7 +34,7 @@ LONG_TEXT = (
     "minutes. "
 ) * 8
 
-glibc_only = pytest.mark.skipif(_glibc() is None, reason="the heap calls are glibc's")
+glibc_only = pytest.mark.skipif(not Heap().available, reason="the heap calls are glibc's")
 
 
 def rss_mb(pid: int) -> float:

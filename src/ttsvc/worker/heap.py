@@ -61,6 +61,11 @@ class Heap:
         self._dirty = False
         self.trims = 0
 
+    @property
+    def available(self) -> bool:
+        """Whether this process's C library is glibc, which the calls need."""
+        return self._libc is not None
+
     def pin_mmap_threshold(self) -> bool:
         """Keep large blocks in their own mappings for the life of the process; call before the
         engines load. False where glibc is not there to ask."""
