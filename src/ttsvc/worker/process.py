@@ -87,6 +87,7 @@ def run_worker(
         conn.send(msg)
 
     send(WorkerReady(worker_id, synth.engines.manifest.voice, spec.label, synth.sample_rate))
+    del synth  # the scheduler holds the serving engines: a local would keep the first set forever
     staged: queue.SimpleQueue[tuple[SwapEngines, Synthesizer | str]] = queue.SimpleQueue()
     newest_swap = 0
 
