@@ -214,17 +214,23 @@ class Server:
         """Loopback URL of the gateway."""
         return f"http://{HOST}:{self.port}"
 
-    def worker_count(self) -> int | None:
-        """Spawned worker processes, from /proc (None where /proc cannot say)."""
+    def worker_pids(self) -> list[int] | None:
+        """Spawned worker processes (not multiprocessing's resource tracker), from /proc; None
+        where /proc cannot say."""
         children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
         try:
-            count = 0
+            pids = []
             for pid in children.read_text().split():
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                count += b"spawn_main" in cmdline
-            return count
+                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    pids.append(int(pid))
+            return pids
         except OSError:
             return None
+
+    def worker_count(self) -> int | None:
+        """Spawned worker processes, from /proc (None where /proc cannot say)."""
+        pids = self.worker_pids()
+        return None if pids is None else len(pids)
 
     def wait_ready(
         self,

@@ -3,7 +3,9 @@ take while other streams are playing, and that multiplexed audio is still exact.
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 from dataclasses import replace
 
 import numpy as np
@@ -134,3 +136,26 @@ def test_keys_take_turns_before_deadlines(calibrated: Synthesizer, keyed: bool) 
         assert 2 <= steps.count("q") <= 6, steps
     else:
         assert "q" not in steps, steps  # the order without keys is unchanged
+
+
+@pytest.mark.parametrize("end", ["done", "cancelled"])
+def test_a_stream_that_ends_frees_its_engines_at_once(engine_set: EngineSet, end: str) -> None:
+    """After a swap, the replaced synthesizer goes when its last stream ends, by reference
+    counting: a worker must not keep an engine set resident until the cyclic collector runs."""
+    old = Synthesizer(engine_set)
+    scheduler = StreamScheduler(old)
+    scheduler.add(job("a"))
+    gone = weakref.ref(old)
+    gc.disable()
+    try:
+        scheduler.step(lambda _msg: None)  # the stream is running on ``old``
+        scheduler.synth = Synthesizer(engine_set)  # the swap
+        del old
+        if end == "done":
+            run(scheduler)
+        else:
+            assert scheduler.cancel("a") is not None
+        assert not scheduler.streams
+        assert gone() is None
+    finally:
+        gc.enable()

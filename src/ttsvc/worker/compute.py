@@ -69,7 +69,21 @@ class StreamScheduler:
         stream = self.streams.pop(uid, None)
         if stream is None:
             return None
+        self._release(stream)
         return StreamDone(uid, stream.samples_sent, stream.compute_s)
+
+    @staticmethod
+    def _release(stream: _Stream) -> None:
+        """Drop a stream's generators as it leaves the scheduler.
+
+        A stream's generator refers back to the stream (its window budget is a closure over
+        it), and the stream to its engines: left alone, that cycle keeps the engine set of
+        every finished stream resident until Python's cyclic collector happens to run, so a
+        hot swap would leave the old engines in memory, hundreds of megabytes each.
+        """
+        stream.chunks = None
+        stream.steps = None
+        stream.pending = None
 
     def _next(self) -> _Stream:
         """Fresh streams first (oldest first), then the earliest playback deadline.
@@ -170,6 +184,7 @@ class StreamScheduler:
         ``TTSError``, fails the stream, never the worker."""
         uid = stream.job.uid
         del self.streams[uid]
+        self._release(stream)
         if isinstance(exc, TTSError):
             log.info("stream_failed", uid=uid, error_type=exc.type)
             send(StreamError(uid, exc.status, exc.type, exc.message, exc.field))
@@ -203,6 +218,7 @@ class StreamScheduler:
 
     def _done(self, stream: _Stream, send: Callable[[FromWorker], None]) -> None:
         del self.streams[stream.job.uid]
+        self._release(stream)
         log.info(
             "stream_done",
             uid=stream.job.uid,

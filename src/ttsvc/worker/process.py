@@ -31,6 +31,7 @@ from ttsvc.protocol import (
 )
 from ttsvc.synthesis import Synthesizer, WindowSchedule, canary_failure
 from ttsvc.worker.batching import scheduler_for
+from ttsvc.worker.heap import Heap
 
 HEARTBEAT_INTERVAL_S = 0.5
 STAGING_POLL_S = 0.05
@@ -78,6 +79,8 @@ def run_worker(
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     configure_logging(log_level, sys.stdout)
     structlog.contextvars.bind_contextvars(worker=worker_id)
+    heap = Heap()
+    heap.pin_mmap_threshold()  # before the engines load: their weights are the large blocks
     synth = _load(spec, threads, schedule, max_sentence_chars)
     scheduler = scheduler_for(synth, multiplex)  # batches windows only on engines that batch
 
@@ -85,7 +88,9 @@ def run_worker(
         conn.send(msg)
 
     send(WorkerReady(worker_id, synth.engines.manifest.voice, spec.label, synth.sample_rate))
-    staged: queue.SimpleQueue[tuple[SwapEngines, Synthesizer | Exception]] = queue.SimpleQueue()
+    del synth  # the scheduler holds the serving engines: a local would keep the first set forever
+    staged: queue.SimpleQueue[tuple[SwapEngines, Synthesizer | tuple[str, str]]]
+    staged = queue.SimpleQueue()
     newest_swap = 0
 
     def stage(request: SwapEngines, cost: float) -> None:
@@ -95,7 +100,11 @@ def run_worker(
             spec = request.spec
             staged.put((request, _load(spec, threads, schedule, max_sentence_chars, cost)))
         except Exception as exc:  # a bad candidate must never take the worker down
-            staged.put((request, exc))
+            # strings only: the exception's traceback would keep the failed candidate's
+            # frames, and with them its loaded engines, alive until the next swap. The gateway
+            # answers clients with the public reason; the detail is for its log.
+            public = exc.public() if isinstance(exc, EngineError) else "could not be loaded"
+            staged.put((request, (public, str(exc))))
 
     last_beat = 0.0
     parent = os.getppid()
@@ -111,17 +120,21 @@ def run_worker(
             label = request.spec.label
             if request.seq != newest_swap:
                 reply = EnginesSwapped(worker_id, label, False, "superseded", request.seq)
-            elif isinstance(result, Exception):
-                public = result.public() if isinstance(result, EngineError) else None
-                reply = EnginesSwapped(worker_id, label, False, public or "could not be loaded",
-                                       request.seq, detail=str(result))  # fmt: skip
+            elif isinstance(result, tuple):
+                public, detail = result
+                reply = EnginesSwapped(worker_id, label, False, public, request.seq,
+                                       detail=detail)  # fmt: skip
             else:
                 scheduler.synth = result  # running streams keep their own engines
                 reply = EnginesSwapped(worker_id, label, True, "", request.seq,
                                        precision=result.engines.precision)  # fmt: skip
+            del result  # a superseded candidate is freed now, not at the next swap
+            heap.freed()
             send(reply)
         timeout = 0.0 if scheduler.streams else STAGING_POLL_S
         try:
+            if not scheduler.streams and not conn.poll(0):
+                heap.trim_if_due()  # idle: a trim's few milliseconds delay no window
             while conn.poll(timeout):
                 msg = conn.recv()
                 timeout = 0.0
@@ -129,6 +142,7 @@ def run_worker(
                     scheduler.add(msg)
                 elif isinstance(msg, CancelStream):
                     done = scheduler.cancel(msg.uid)
+                    heap.freed()
                     if done is not None:
                         send(done)
                 elif isinstance(msg, SwapEngines):
@@ -141,3 +155,4 @@ def run_worker(
             return
         if scheduler.streams:
             scheduler.step(send)
+            heap.freed()

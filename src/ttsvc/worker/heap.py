@@ -1,0 +1,92 @@
+"""The worker's C heap: memory freed by a released engine set or a long stream goes back to the OS.
+
+Why: with glibc's defaults a worker's RSS ratchets up and never comes down. Every engine set
+loads hundreds of megabytes of weights, arena chunks and parse buffers through ``malloc``; once
+glibc has freed one large mapped block it raises its mmap threshold to that block's size, so the
+next engine set's weights land in the heap arenas instead, where freeing them leaves holes glibc
+keeps. A worker then grew by about one engine set per hot swap, and long texts left it higher,
+until a container's memory limit killed it. Two calls fix it at the allocator:
+
+- ``mallopt(M_MMAP_THRESHOLD)`` pins the threshold at glibc's own default (which also turns its
+  dynamic raising off), so every large block keeps its own mapping and is unmapped when freed;
+- ``malloc_trim(0)`` hands the free pages inside the arenas (small blocks: graph parsing, Python
+  objects) back; the worker calls it when idle, so the few milliseconds never delay a window.
+
+Both are glibc's; elsewhere (musl, macOS) they are absent and this module does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+import time
+
+M_MMAP_THRESHOLD = -3
+"""``mallopt`` parameter number (glibc ``malloc.h``)."""
+MMAP_THRESHOLD_BYTES = 128 * 1024
+"""glibc's default threshold: smaller blocks come from the arenas, larger ones are mapped."""
+TRIM_INTERVAL_S = 1.0
+"""At most one trim per this many seconds: a worker that goes idle between short requests many
+times a second would otherwise give pages back only to fault them in again."""
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The process's C library if it is glibc (has ``malloc_trim``), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+    except OSError:
+        return None
+    if not hasattr(libc, "malloc_trim") or not hasattr(libc, "mallopt"):
+        return None
+    libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    libc.malloc_trim.restype = ctypes.c_int
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    libc.mallopt.restype = ctypes.c_int
+    return libc
+
+
+class Heap:
+    """Allocator settings and idle-time trims for one worker process (its compute thread)."""
+
+    def __init__(self, trim_interval_s: float = TRIM_INTERVAL_S) -> None:
+        self._libc = _glibc()
+        self._interval = trim_interval_s
+        self._last_trim = float("-inf")
+        self._dirty = False
+        self.trims = 0
+
+    @property
+    def available(self) -> bool:
+        """Whether this process's C library is glibc, which the calls need."""
+        return self._libc is not None
+
+    def pin_mmap_threshold(self) -> bool:
+        """Keep large blocks in their own mappings for the life of the process; call before the
+        engines load. False where glibc is not there to ask."""
+        if self._libc is None:
+            return False
+        return bool(self._libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+
+    def freed(self) -> None:
+        """Memory may have been freed (a stream ran or ended, engines were replaced)."""
+        self._dirty = True
+
+    def trim_if_due(self) -> bool:
+        """Trim if something was freed since the last trim and the interval has passed; call
+        only while no stream is waiting. True when it trimmed."""
+        if not self._dirty or self._libc is None:
+            return False
+        now = time.monotonic()
+        if now - self._last_trim < self._interval:
+            return False
+        self._libc.malloc_trim(0)
+        self._last_trim = now
+        self._dirty = False
+        self.trims += 1
+        return True

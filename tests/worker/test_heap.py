@@ -1,0 +1,150 @@
+"""A worker's memory stays flat over hot swaps and long texts (real server, real swaps).
+
+The sizes are read from ``/proc/<pid>/status`` of the real worker process. The bound is +10 %:
+over the swaps, of the size the worker had before its first swap (a replaced engine set, the
+first one included, must not stay resident); over the long texts, of its size after the first.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from tests.gateway.serving import HEALTH_POLLS, Server, wait_engines
+from ttsvc.repository.layout import EngineRepository, EngineVersion
+from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest
+from ttsvc.worker.heap import Heap
+
+VOICE = "en_US-joe-medium"
+DET = {"noise_scale": 0.0, "noise_w": 0.0}
+BOUND = 1.10
+SWAPS = 6
+"""A worker that kept even part of each replaced engine set would pass
+the bound several times over; few enough for a test (the benchmark runs 20)."""
+LONG_REQUESTS = 2
+"""Long requests after the first (each about 1,650 characters, over a minute of audio; the
+benchmark runs 100)."""
+LONG_TEXT = (
+    "Thank you for calling, how can I help you today? Please hold while I transfer your call. "
+    "Press one for billing, or two for technical support. Your estimated wait time is four "
+    "minutes. "
+) * 9
+
+glibc_only = pytest.mark.skipif(not Heap().available, reason="the heap calls are glibc's")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def _variant(src: Path, dst: Path, factor: float) -> None:
+    """A different but valid engine: its largest float weight scaled by ``factor``."""
+    model = onnx.load(str(src))
+    init = max(
+        (i for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT),
+        key=lambda i: int(np.prod(i.dims)),
+    )
+    scaled = numpy_helper.to_array(init) * np.float32(factor)
+    init.CopyFrom(numpy_helper.from_array(scaled.astype(np.float32), init.name))
+    onnx.save(model, str(dst))
+
+
+def _publish(engines: Path, acoustic: Path) -> int:
+    """Publish a new version with ``acoustic`` the way `ttsvc compile` does: staging, rename."""
+    repo = EngineRepository(engines)
+    latest = repo.latest(VOICE)
+    assert latest is not None
+    version = repo.next_version(VOICE)
+    staging = repo.staging_dir(VOICE)
+    for item in latest.path.iterdir():
+        if item.name != "manifest.json":
+            shutil.copyfile(acoustic if item.name == "acoustic.onnx" else item, staging / item.name)
+    manifest = load_manifest(latest.path)
+    manifest.version = version
+    manifest.files["acoustic.onnx"] = file_entry(staging / "acoustic.onnx")
+    write_manifest(staging, manifest)
+    repo.publish(VOICE, staging, version)
+    return version
+
+
+@pytest.fixture
+def engines(default_version: EngineVersion, tmp_path: Path) -> Path:
+    """A private engines directory holding a copy of version 1."""
+    root = tmp_path / "engines"
+    shutil.copytree(default_version.path, root / VOICE / "1")
+    return root
+
+
+@pytest.fixture
+def server(engines: Path) -> Iterator[Server]:
+    srv = Server(engines, "--workers", "1", env={"TTSVC_COMPILE_DEFAULT_VOICE": "0"})
+    try:
+        srv.wait_ready(1)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _settled_rss(srv: Server, pid: int, bound: float = 0.0, polls: int = 50) -> float:
+    """The worker's RSS once it is at most ``bound``, or the last reading after ``polls``
+    ``/health`` probes: an idle worker gives memory back a moment after its last request, not
+    at the instant the response ends."""
+    srv.wait_idle()
+    for _ in range(polls):
+        size = rss_mb(pid)
+        if size <= bound:
+            return size
+        srv.client.get("/health")
+    return rss_mb(pid)
+
+
+@glibc_only
+def test_worker_memory_is_flat_over_swaps_and_long_texts(
+    server: Server, engines: Path, default_version: EngineVersion, tmp_path: Path
+) -> None:
+    variants = [tmp_path / "acoustic-a.onnx", tmp_path / "acoustic-b.onnx"]
+    _variant(default_version.path / "acoustic.onnx", variants[0], 1.001)
+    _variant(default_version.path / "acoustic.onnx", variants[1], 0.999)
+    (pid,) = server.worker_pids()
+
+    def swap(i: int) -> None:
+        label = str(_publish(engines, variants[i % 2]))
+        wait_engines(server, lambda s: s["current"] == label, f"version {label} current")
+        assert server.synth("Memory probe.", **DET).status_code == 200
+
+    assert server.synth("Memory probe.", **DET).status_code == 200
+    first = _settled_rss(server, pid)
+    for i in range(SWAPS):
+        swap(i)
+    after_swaps = _settled_rss(server, pid, BOUND * first, HEALTH_POLLS)
+    assert server.worker_pids() == [pid]  # the same process all along, never respawned
+    assert after_swaps <= BOUND * first, f"{first:.0f} MB before the swaps, {after_swaps:.0f} after"
+
+    assert server.synth(LONG_TEXT, **DET).status_code == 200
+    first_long = _settled_rss(server, pid)
+    for i in range(LONG_REQUESTS):
+        assert server.synth(f"Request {i}. " + LONG_TEXT, **DET).status_code == 200
+    after_long = _settled_rss(server, pid, BOUND * first_long, HEALTH_POLLS)
+    assert server.worker_pids() == [pid]
+    assert after_long <= BOUND * first_long, f"{first_long:.0f} MB, then {after_long:.0f} MB"
+
+
+@glibc_only
+def test_trim_runs_only_after_memory_was_freed_and_not_more_often_than_its_interval() -> None:
+    heap = Heap(trim_interval_s=3600.0)
+    assert heap.pin_mmap_threshold()
+    assert not heap.trim_if_due()  # nothing freed yet
+    heap.freed()
+    assert heap.trim_if_due()
+    heap.freed()
+    assert not heap.trim_if_due()  # within the interval
+    assert heap.trims == 1
