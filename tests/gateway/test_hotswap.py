@@ -24,24 +24,12 @@ import pytest
 from onnx import numpy_helper
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.engine_files import VOICE, publish, variant
 from tests.gateway.serving import HEALTH_POLLS, Server, engines_state, wait_engines
-from ttsvc.repository.layout import EngineRepository, EngineVersion
-from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest
+from ttsvc.repository.layout import EngineVersion
 
-VOICE = "en_US-joe-medium"
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
 
-
-def _variant(src: Path, dst: Path, factor: float) -> None:
-    """A different but valid engine: its largest float weight scaled by ``factor``."""
-    model = onnx.load(str(src))
-    init = max(
-        (i for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT),
-        key=lambda i: int(np.prod(i.dims)),
-    )
-    scaled = numpy_helper.to_array(init) * np.float32(factor)
-    init.CopyFrom(numpy_helper.from_array(scaled.astype(np.float32), init.name))
-    onnx.save(model, str(dst))
 
 
 def _silent(src: Path, dst: Path) -> None:
@@ -67,9 +55,9 @@ def _int8(src: Path, dst: Path) -> None:
 @pytest.fixture(scope="module")
 def candidates(default_version: EngineVersion, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("candidates")
-    _variant(default_version.path / "acoustic.onnx", out / "acoustic-a.onnx", 1.001)
-    _variant(default_version.path / "acoustic.onnx", out / "acoustic-b.onnx", 0.999)
-    _variant(default_version.path / "vocoder.onnx", out / "vocoder-b.onnx", 0.999)
+    variant(default_version.path / "acoustic.onnx", out / "acoustic-a.onnx", 1.001)
+    variant(default_version.path / "acoustic.onnx", out / "acoustic-b.onnx", 0.999)
+    variant(default_version.path / "vocoder.onnx", out / "vocoder-b.onnx", 0.999)
     _silent(default_version.path / "vocoder.onnx", out / "vocoder-silent.onnx")
     _int8(default_version.path / "vocoder.onnx", out / "vocoder-int8.onnx")
     return out
@@ -108,30 +96,6 @@ def _start(
         srv.wait_ready(workers)
     return srv
 
-
-def _publish(engines: Path, replace: dict[str, Path], runtime: dict[str, str] | None = None,
-             content: dict[str, Path] | None = None) -> int:  # fmt: skip
-    """Publish a new version the way `ttsvc compile` does: staging directory, manifest, rename.
-    ``content`` puts other bytes under a name than its manifest entry describes (a fault)."""
-    repo = EngineRepository(engines)
-    latest = repo.latest(VOICE)
-    assert latest is not None
-    version = repo.next_version(VOICE)
-    staging = repo.staging_dir(VOICE)
-    for item in latest.path.iterdir():
-        if item.name != "manifest.json":
-            shutil.copyfile(replace.get(item.name, item), staging / item.name)
-    manifest = load_manifest(latest.path)
-    manifest.version = version
-    for name in replace:
-        manifest.files[name] = file_entry(staging / name)
-    if runtime:
-        manifest.runtime.update(runtime)
-    for name, path in (content or {}).items():
-        shutil.copyfile(path, staging / name)
-    write_manifest(staging, manifest)
-    repo.publish(VOICE, staging, version)
-    return version
 
 
 def _mv_cp(version_dir: Path, name: str, new: Path) -> None:
@@ -184,7 +148,7 @@ def test_atomic_publish_under_load(engines: Path, server_factory: list[Server],
                                    candidates: Path) -> None:  # fmt: skip
     srv = _start(engines, server_factory, workers=2)
     responses = _streams_during(
-        srv, lambda: _publish(engines, {"acoustic.onnx": candidates / "acoustic-a.onnx"})
+        srv, lambda: publish(engines, {"acoustic.onnx": candidates / "acoustic-a.onnx"})
     )
     wait_engines(srv, lambda s: s["current"] == "2", "version 2 serving")
     _check_whole_wavs(responses, {"1", "2"})
@@ -249,7 +213,7 @@ def test_bad_candidate_is_refused_and_old_engine_keeps_serving(
         _mv_cp(version_dir, "vocoder.onnx", candidates / "vocoder-silent.onnx")
         reason = "silent"
     else:
-        _publish(engines, {}, runtime={"machine": "riscv128"})
+        publish(engines, {}, runtime={"machine": "riscv128"})
         reason = "recompile"
     state = wait_engines(srv, lambda s: s["reloads"].get("rejected") == 1, f"{fault} refused")
     assert state["current"] == "1" and "ok" not in state["reloads"]
@@ -279,7 +243,7 @@ def test_noise_files_trigger_no_reload(engines: Path, server_factory: list[Serve
     os.utime(version_dir / "acoustic.onnx")  # touch: new mtime, same bytes
     os.utime(version_dir / "manifest.json")
     # a real change afterwards proves the watcher saw (and ignored) everything before it
-    _publish(engines, {"acoustic.onnx": candidates / "acoustic-a.onnx"})
+    publish(engines, {"acoustic.onnx": candidates / "acoustic-a.onnx"})
     state = wait_engines(srv, lambda s: s["current"] == "2", "version 2")
     assert state["reloads"] == {"ok": 1}
 
@@ -358,7 +322,7 @@ def _gauge(srv: Server, name: str) -> list[dict[str, str]]:
 def test_start_serves_the_newest_good_version_and_reports_a_truncated_one(
     engines: Path, server_factory: list[Server], candidates: Path
 ) -> None:
-    version = _publish(engines, {"acoustic.onnx": candidates / "acoustic-a.onnx"})
+    version = publish(engines, {"acoustic.onnx": candidates / "acoustic-a.onnx"})
     acoustic = engines / VOICE / str(version) / "acoustic.onnx"
     whole = acoustic.read_bytes()
     acoustic.write_bytes(whole[: len(whole) // 2])
@@ -413,7 +377,7 @@ def test_no_good_version_keeps_the_gateway_up_until_one_appears(
 def test_a_file_missing_at_start_does_not_stop_the_gateway(
     engines: Path, server_factory: list[Server], candidates: Path, older: bool
 ) -> None:
-    version = _publish(engines, {"acoustic.onnx": candidates / "acoustic-a.onnx"}) if older else 1
+    version = publish(engines, {"acoustic.onnx": candidates / "acoustic-a.onnx"}) if older else 1
     vocoder = engines / VOICE / str(version) / "vocoder.onnx"
     backup = vocoder.with_name("vocoder.onnx.bak")
     vocoder.rename(backup)  # the operator's `mv`; the `cp` has not started (before: exit 3)
@@ -435,7 +399,7 @@ def test_a_new_version_not_matching_its_manifest_is_refused_unparsed(
     engines: Path, server_factory: list[Server], candidates: Path
 ) -> None:
     srv = _start(engines, server_factory)
-    _publish(engines, {"acoustic.onnx": candidates / "acoustic-a.onnx"},
+    publish(engines, {"acoustic.onnx": candidates / "acoustic-a.onnx"},
              content={"acoustic.onnx": candidates / "acoustic-b.onnx"})  # fmt: skip
     state = wait_engines(srv, lambda s: s["reloads"].get("rejected") == 1, "version 2 refused")
     assert state["current"] == "1" and state["reloads"] == {"rejected": 1}

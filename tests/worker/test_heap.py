@@ -11,17 +11,13 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
-from onnx import numpy_helper
 
+from tests.engine_files import VOICE, publish, variant
 from tests.gateway.serving import HEALTH_POLLS, Server, wait_engines
-from ttsvc.repository.layout import EngineRepository, EngineVersion
-from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest
+from ttsvc.repository.layout import EngineVersion
 from ttsvc.worker.heap import Heap
 
-VOICE = "en_US-joe-medium"
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
 BOUND = 1.10
 SWAPS = 6
@@ -46,34 +42,6 @@ def rss_mb(pid: int) -> float:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-def _variant(src: Path, dst: Path, factor: float) -> None:
-    """A different but valid engine: its largest float weight scaled by ``factor``."""
-    model = onnx.load(str(src))
-    init = max(
-        (i for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT),
-        key=lambda i: int(np.prod(i.dims)),
-    )
-    scaled = numpy_helper.to_array(init) * np.float32(factor)
-    init.CopyFrom(numpy_helper.from_array(scaled.astype(np.float32), init.name))
-    onnx.save(model, str(dst))
-
-
-def _publish(engines: Path, acoustic: Path) -> int:
-    """Publish a new version with ``acoustic`` the way `ttsvc compile` does: staging, rename."""
-    repo = EngineRepository(engines)
-    latest = repo.latest(VOICE)
-    assert latest is not None
-    version = repo.next_version(VOICE)
-    staging = repo.staging_dir(VOICE)
-    for item in latest.path.iterdir():
-        if item.name != "manifest.json":
-            shutil.copyfile(acoustic if item.name == "acoustic.onnx" else item, staging / item.name)
-    manifest = load_manifest(latest.path)
-    manifest.version = version
-    manifest.files["acoustic.onnx"] = file_entry(staging / "acoustic.onnx")
-    write_manifest(staging, manifest)
-    repo.publish(VOICE, staging, version)
-    return version
 
 
 @pytest.fixture
@@ -112,12 +80,12 @@ def test_worker_memory_is_flat_over_swaps_and_long_texts(
     server: Server, engines: Path, default_version: EngineVersion, tmp_path: Path
 ) -> None:
     variants = [tmp_path / "acoustic-a.onnx", tmp_path / "acoustic-b.onnx"]
-    _variant(default_version.path / "acoustic.onnx", variants[0], 1.001)
-    _variant(default_version.path / "acoustic.onnx", variants[1], 0.999)
+    variant(default_version.path / "acoustic.onnx", variants[0], 1.001)
+    variant(default_version.path / "acoustic.onnx", variants[1], 0.999)
     (pid,) = server.worker_pids()
 
     def swap(i: int) -> None:
-        label = str(_publish(engines, variants[i % 2]))
+        label = str(publish(engines, {"acoustic.onnx": variants[i % 2]}))
         wait_engines(server, lambda s: s["current"] == label, f"version {label} current")
         assert server.synth("Memory probe.", **DET).status_code == 200
 
