@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from tests.gateway.serving import Server
-from tests.text.poison import NEIGHBOURS, POISON
 from ttsvc.repository.layout import EngineVersion
+from ttsvc.text.poison import NEIGHBOURS, POISON
 
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
 LONG_TEXT = (

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.text.poison import NEIGHBOURS, POISON
 from ttsvc.text.frontend import TextFrontEnd
 from ttsvc.text.phonemize import _ESPEAK
+from ttsvc.text.poison import NEIGHBOURS, POISON
 from ttsvc.voice import VoiceConfig
 
 
