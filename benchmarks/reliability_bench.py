@@ -225,36 +225,36 @@ def run_poison(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with httpx.Client(base_url=server.base_url, timeout=args.timeout,
                           trust_env=False) as client:  # fmt: skip
-            print("| group | text | chars | code | error type | audio s | s | worker |")
-            print("|---|---|---:|---:|---|---:|---:|---|")
+            print("| group | text | chars | code | error type | audio s | s | worker deaths |")
+            print("|---|---|---:|---:|---|---:|---:|---:|")
             for group, name, text in corpus:
                 if time.perf_counter() - started > args.section_seconds:
                     print(f"- time budget spent: {len(corpus) - len(rows)} texts not sent")
                     break
-                wait_serving(server)  # a replaced worker is back before the next text
-                before = server.worker_pids()
+                deaths = log_events(read_log(server), "worker_died")
                 row = {"group": group, "name": name, "chars": len(text), **post(client, text)}
-                row["worker_replaced"] = server.worker_pids() != before
+                # deaths logged from this send until the pool serves again; the supervisor may
+                # kill a stalled worker well after its request was answered, so a death can show
+                # on a later text than its cause (the summary's total is exact)
+                wait_serving(server)
+                row["worker_deaths"] = log_events(read_log(server), "worker_died") - deaths
                 rows.append(row)
-                worker = "REPLACED" if row["worker_replaced"] else "same"
                 print(f"| {group} | {name} | {row['chars']} | {row['code']} "
                       f"| {row['type'] or ''} | {fmt(row['audio_s'])} | {fmt(row['seconds'])} "
-                      f"| {worker} |", flush=True)  # fmt: skip
+                      f"| {row['worker_deaths']} |", flush=True)  # fmt: skip
     finally:
         exit_code = server.stop()
     log = read_log(server)
     summary = {
         "texts": len(rows),
         "worker_died_lines": log_events(log, "worker_died"),
-        "workers_replaced": sum(r["worker_replaced"] for r in rows),
         "codes": count_by(rows, lambda r: str(r["code"])),
         "error_lines": len(error_lines(log)),
         "server_exit_code": exit_code,
         "seconds": round(time.perf_counter() - started, 1),
     }
-    print(f"\nworker_died lines in the log: {summary['worker_died_lines']}; workers replaced: "
-          f"{summary['workers_replaced']}; codes {summary['codes']}; "
-          f"ERROR lines {summary['error_lines']}\n")  # fmt: skip
+    print(f"\nworker_died lines in the log: {summary['worker_died_lines']}; "
+          f"codes {summary['codes']}; ERROR lines {summary['error_lines']}\n")  # fmt: skip
     max_chars = args.max_sentence_chars or DEFAULT_MAX_SENTENCE_CHARS
     return {"summary": summary, "rows": rows, "max_sentence_chars": max_chars}
 
