@@ -24,6 +24,10 @@ from ttsvc.text.frontend import Sentence, TextFrontEnd
 
 Pcm16 = npt.NDArray[np.int16]
 
+ESTIMATE_MARGIN = 1.5
+"""Audio estimated per phoneme id, as a multiple of the canary's rate: above every kind of text
+measured, so the audio cap refuses up front (a clean 422) rather than cutting a stream later."""
+
 FLOW_CHUNK = 256
 """Least frames the flow advances by after a sentence's first window: its context overhead stays
 small, and one step stays short enough not to hold up other streams on the worker."""
@@ -265,10 +269,10 @@ class Synthesizer:
     def seconds_per_id(self) -> float:
         """Audio seconds per phoneme id at speed 1, measured once on the canary sentence.
 
-        Measured (noise on or off): 24-29 ms per id for sentences of 70-1,700 ids, prose,
-        numbers and abbreviations alike, with the canary at the upper end of long texts; only
-        one-word sentences run higher. So ids times this, before any audio, estimates a
-        request's length well enough to refuse one far over the cap.
+        Texts differ around it: prose makes about 1.2 times this, one-word sentences about 1.3,
+        spelled-out letters about 1.5, numbers read out about 0.95. The estimate before any
+        audio therefore uses ``ESTIMATE_MARGIN`` times it, so a text the cap lets through is
+        rarely cut later.
         """
         if self._seconds_per_id is None:
             params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
@@ -361,15 +365,16 @@ class Synthesizer:
         """``stream`` as steps: PCM16 chunks, with the frame-engine runs they need yielded as
         ``FrameCall``s for the caller to answer (one by one, or batched across streams).
 
-        ``max_audio_s`` caps the audio: a text whose estimate (``seconds_per_id``) exceeds it
-        raises ``AudioTooLong`` before any audio; a sentence that would take the real audio past
-        it raises it before that sentence's first chunk."""
+        ``max_audio_s`` caps the audio: a text whose estimate (``seconds_per_id``, on the high
+        side) exceeds it raises ``AudioTooLong`` before any audio, a clean 422; a sentence that
+        would still take the real audio past it raises it before that sentence's first chunk
+        (the backstop for texts the estimate misjudges: their stream is cut)."""
         params = params or SynthesisParams()
         sentences = self.sentences(text)
         silence = np.zeros(round(params.sentence_silence * self.sample_rate), np.int16)
         if max_audio_s is not None:
             ids = sum(len(s.ids) for s in sentences)
-            estimate = ids * self.seconds_per_id() / params.speed
+            estimate = ids * self.seconds_per_id() * ESTIMATE_MARGIN / params.speed
             estimate += (len(sentences) - 1) * len(silence) / self.sample_rate
             if estimate > max_audio_s:
                 raise AudioTooLong(f"the text would make about {estimate:.0f} s of audio, over "

@@ -120,11 +120,12 @@ def test_text_that_would_exceed_the_audio_cap_gets_422_before_any_audio(
     assert server.synth("A short answer still fits.").status_code == 200
 
 
-def test_audio_that_runs_past_the_cap_is_stopped(server: Server) -> None:
-    """Short sentences make more audio per phoneme than the estimate assumes (each carries its
-    own pauses), so this text passes the estimate and the stop catches it: nothing was sent for
-    ``stream: false``, so the answer is the 422 itself."""
-    r = server.synth("Yes. " * 30, stream=False)
-    assert r.status_code == 422, r.status_code
-    assert r.json()["type"] == "audio_too_long"
-    assert "would pass" in r.json()["error"]  # the stop, not the estimate
+def test_short_sentences_past_the_cap_are_refused_before_any_audio(server: Server) -> None:
+    """Short sentences make more audio per phoneme than prose (each carries its own pauses):
+    the estimate's margin covers them, so the answer is a clean 422, not a stream cut at the
+    cap (the stop before each sentence is the backstop, tested in ``tests/test_synthesis.py``)."""
+    for stream in (True, False):
+        r = server.synth("Yes. " * 30, stream=stream)
+        assert r.status_code == 422, r.status_code
+        assert r.json()["type"] == "audio_too_long"
+        assert "would make about" in r.json()["error"]  # the estimate, before any audio

@@ -30,6 +30,8 @@ HALF_HEAD = b"POST /synthesize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-"
 BODY_HEAD = (b"POST /synthesize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
              b"Content-Length: 4096\r\n\r\n")  # fmt: skip
 LIVE = b"GET /live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+EARLY = b"POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\n"
+"""Answered (404) before its body is sent; the body follows, then silence."""
 
 
 @dataclass
@@ -119,8 +121,9 @@ def test_slow_clients_are_closed_while_a_stream_goes_on(server: Server) -> None:
         + open_slow(server, "trickled OpenAI body", 10, trickle=b'{"input": "hello"',
                     first=BODY_HEAD.replace(b"/synthesize", b"/v1/audio/speech"))
         + open_slow(server, "kept alive, half head", 10, first=LIVE, then=HALF_HEAD)
+        + open_slow(server, "answered early, then silent", 10, first=EARLY, then=b"hello")
     )
-    assert len(slow) == 200
+    assert len(slow) == 210
     # meanwhile a real stream, as long as its audio: several times the deadlines at 1x, and
     # however long it takes to synthesize, it is not a slow client and is not cut
     text = "This answer keeps streaming while slow clients come and go. " * 8
@@ -156,11 +159,45 @@ def test_slow_clients_are_closed_while_a_stream_goes_on(server: Server) -> None:
     for s in slow:  # the first request answered, the next head then closed like any other
         if s.kind.startswith("kept alive"):
             assert s.received.startswith(b"HTTP/1.1 200 OK") and s.received.count(b"HTTP/") == 1
+        if s.kind.startswith("answered early"):
+            assert s.received.startswith(b"HTTP/1.1 404") and s.received.count(b"HTTP/") == 1
 
     after = timeouts(server)
     counted = {phase: after.get(phase, 0) - before.get(phase, 0) for phase in after}
-    assert counted == {"idle": 50, "header": 110, "body": 40}
+    assert counted == {"idle": 60, "header": 110, "body": 40}
+    # each timed-out body is one request that ended in a 408, recorded once as what it was
+    lines = completions(server)
+    timed_out = [x for x in lines if x.get("error_type") == "request_timeout"]
+    assert len(timed_out) == 40 and all(x["code"] == 408 for x in timed_out)
+    assert not [x for x in lines if x.get("error_type") == "invalid_json"]
     assert server.client.get("/health").status_code == 200
+
+
+def completions(server: Server) -> list[dict[str, object]]:
+    """The server's completion lines (one per synthesis request) so far."""
+    out = []
+    for line in server.log_lines():
+        if '"event": "request"' in line:
+            out.append(json.loads(line))
+    return out
+
+
+def test_a_chunked_body_over_the_cap_is_one_413(server: Server) -> None:
+    """The cap answers while the body still streams in; the app's failed read after it must not
+    record a second error for the same request."""
+    before = len(completions(server))
+
+    def body() -> Iterator[bytes]:
+        yield b'{"text": "'
+        for _ in range(200):
+            yield b"x" * 1024
+        yield b'"}'
+
+    r = server.client.post("/synthesize", content=body(),
+                           headers={"content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 413 and r.json()["type"] == "payload_too_large"
+    new = completions(server)[before:]
+    assert [(x["code"], x["error_type"]) for x in new] == [(413, "payload_too_large")]
 
 
 def read_response(sock: socket.socket) -> bytes:

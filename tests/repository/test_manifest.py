@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ttsvc.repository.manifest import SHA_MISMATCH, file_entry, file_problem
+import pytest
+
+from ttsvc.errors import EngineError
+from ttsvc.repository.manifest import SHA_MISMATCH, file_entry, file_problem, load_manifest
 
 
 def test_matching_file_has_no_problem(tmp_path: Path) -> None:
@@ -38,3 +41,12 @@ def test_same_size_other_bytes_and_missing(tmp_path: Path) -> None:
     path.unlink()
     assert file_problem(path, entry) == "missing"
     assert str(tmp_path) not in SHA_MISMATCH
+
+
+def test_a_manifest_that_cannot_be_read_is_an_engine_error_of_its_version(tmp_path: Path) -> None:
+    """An OS error (here: a directory where the file should be; in a pod, permissions or a stale
+    NFS handle) refuses that version like a bad manifest, instead of escaping start-up."""
+    (tmp_path / "manifest.json").mkdir()
+    with pytest.raises(EngineError) as caught:
+        load_manifest(tmp_path)
+    assert caught.value.public() == "manifest.json: cannot be read"

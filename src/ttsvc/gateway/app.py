@@ -44,6 +44,7 @@ from ttsvc.errors import (
     InvalidParameter,
     PayloadTooLarge,
     QueueTimeout,
+    RequestTimeout,
     TextTooLong,
     TTSError,
     UnknownModel,
@@ -196,6 +197,7 @@ def _error(
             **_labels(request),
         }
         state.complete(fields, status)
+        request.state.recorded = True  # a later error of the same request (a 400 after a 413)
         headers = {**(headers or {}), "X-Request-Id": uid}
     if request.url.path.startswith("/v1/"):
         return JSONResponse(openai_error(body), status_code=status, headers=headers)
@@ -293,6 +295,10 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
         # Starlette's own answers (unknown route, wrong method) and FastAPI's 400 for a body it
         # could not decode, in the same shape as every other error
+        if getattr(request.state, "timed_out", None) == "body":
+            # the connection already answered 408 and closed; the failed body read lands here
+            timeout = RequestTimeout("the request body took too long")
+            return _error(state, request, timeout.to_body(), timeout.status)
         kind = _HTTP_TYPES.get(exc.status_code, "http_error")
         body = {"error": _HTTP_MESSAGES.get(kind, str(exc.detail)), "type": kind}
         if kind == "invalid_json":

@@ -107,8 +107,18 @@ class DeadlineH11Protocol(H11Protocol):
         if state is h11.SEND_BODY:
             if self._phase != "body":
                 self._arm("body", self.deadlines.body_s)
-        elif state is not h11.IDLE or self._phase != "header":
-            self._disarm()  # the request is in (or closed); idle is uvicorn's keep-alive now
+        elif state is h11.IDLE and self._phase == "header":
+            pass  # a head has begun: its deadline runs
+        elif self.timeout_keep_alive_task is None and (
+            self.cycle is None or self.cycle.response_complete
+        ):
+            # answered, and uvicorn's keep-alive is not watching: an answer sent before its
+            # request's body was in (404, 413) leaves none once the body arrives, and a silent
+            # client would be kept forever
+            if self._phase != "idle":
+                self._arm("idle", self.deadlines.idle_s)
+        else:
+            self._disarm()  # a request in progress, or uvicorn's keep-alive watches
 
     def _arm(self, phase: str, seconds: float) -> None:
         self._disarm()
@@ -131,6 +141,7 @@ class DeadlineH11Protocol(H11Protocol):
         cycle = self.cycle
         if phase == "body" and cycle is not None and not cycle.response_started:
             # the app is still waiting for the body: it sees a disconnect, and sends nothing
+            cycle.scope.setdefault("state", {})["timed_out"] = phase  # recorded as a 408
             cycle.disconnected = True
             cycle.message_event.set()
             self._answer(RequestTimeout(f"the request body took over {self.deadlines.body_s:g} s"))

@@ -52,16 +52,18 @@ class DrainingServer(uvicorn.Server):
         self._drain_task = asyncio.ensure_future(self._drain())
 
     async def _drain(self) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.gateway.idle.wait(), self.grace_s)
-        # what is still running now would otherwise be cancelled by uvicorn's own shutdown
-        # timeout (seconds later, with a traceback each, and a stream that may look complete)
-        aborted = self.gateway.abort_exchanges(
-            "shutdown", "the server shut down before this request finished; retry"
-        )
-        dropped = await self._end_responses() if aborted else 0
-        log.info("drained", aborted=aborted, dropped_connections=dropped)
-        self.should_exit = True
+        try:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.gateway.idle.wait(), self.grace_s)
+            # what is still running now would otherwise be cancelled by uvicorn's own shutdown
+            # timeout (seconds later, with a traceback each, and a stream that may look complete)
+            aborted = self.gateway.abort_exchanges(
+                "shutdown", "the server shut down before this request finished; retry"
+            )
+            dropped = await self._end_responses() if aborted else 0
+            log.info("drained", aborted=aborted, dropped_connections=dropped)
+        finally:
+            self.should_exit = True  # whatever went wrong above, the drain ends
 
     async def _end_responses(self) -> int:
         """Let the aborted responses end, then drop the connections whose response still has

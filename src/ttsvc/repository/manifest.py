@@ -128,6 +128,9 @@ def load_manifest(directory: Path) -> Manifest:
     except (json.JSONDecodeError, ValidationError, UnicodeDecodeError) as exc:
         raise EngineError(f"{path}: unreadable manifest: {exc}", file=MANIFEST_NAME,
                           reason="not a valid manifest") from exc  # fmt: skip
+    except OSError as exc:  # permissions, EIO, a stale NFS handle: this version, not start-up
+        raise EngineError(f"{path}: cannot be read: {exc}", file=MANIFEST_NAME,
+                          reason="cannot be read") from exc  # fmt: skip
 
 
 def open_verified(directory: Path, manifest: Manifest, name: str) -> BinaryIO:

@@ -9,8 +9,20 @@ The process ends when its parent closes the pipe, which also happens when the pa
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from multiprocessing.connection import Connection
+
+
+def _default_signals() -> None:
+    """The worker ignores SIGTERM and SIGINT, and this process inherited that: the defaults come
+    back so a plain ``kill`` ends it (a child hung in espeak-ng never reads its pipe's EOF).
+
+    Not ``PR_SET_PDEATHSIG``: the kernel ties it to the thread that started this process, and a
+    child started from a worker's short-lived thread would die under another thread's call.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def serve(conn: Connection) -> None:
@@ -34,4 +46,5 @@ def serve(conn: Connection) -> None:
 
 
 if __name__ == "__main__":
+    _default_signals()
     serve(Connection(int(sys.argv[1])))

@@ -5,9 +5,11 @@ a stream that has sent nothing goes first (time to first audio), then the stream
 already sent would run out soonest if the client plays it in real time (earliest deadline).
 Running one whole request at a time would make the tenth caller wait for nine.
 
-Streams of different API keys take turns by compute time before deadlines count: on a worker
-past its real-time capacity every stream of a flooding key is late, and deadlines alone would
-then serve the flood's streams before another key's.
+Once a stream is late, streams of different API keys take turns by compute time before
+deadlines count: on a worker past its real-time capacity every stream of a flooding key is late,
+and deadlines alone would then serve the flood's streams before another key's. While every
+stream keeps up, deadlines alone decide (turns would let one key's buffers run ahead while
+another key's streams run dry).
 """
 
 from __future__ import annotations
@@ -99,11 +101,12 @@ class StreamScheduler:
         if fresh:
             return min(fresh, key=lambda s: s.arrived)
         streams = list(self.streams.values())
+        urgent = min(streams, key=self._deadline)
         keys = {s.job.key for s in streams}
-        if len(keys) > 1:
-            turn = min(keys, key=lambda k: self._served.get(k, 0.0))
-            streams = [s for s in streams if s.job.key == turn]
-        return min(streams, key=self._deadline)
+        if len(keys) == 1 or self._deadline(urgent) > time.monotonic():
+            return urgent  # every stream keeps up: deadlines alone serve them all
+        turn = min(keys, key=lambda k: self._served.get(k, 0.0))
+        return min((s for s in streams if s.job.key == turn), key=self._deadline)
 
     @staticmethod
     def _deadline(stream: _Stream) -> float:
