@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import select
 import signal
@@ -100,7 +101,17 @@ def test_invalid_input_gets_documented_4xx(
     assert data.get("field") == field
 
 
+def _error_lines(server: Server) -> list[str]:
+    """``error_type`` of each completion line the server logged so far."""
+    found = []
+    for line in server.log_lines():
+        if '"event": "request"' in line:
+            found.append(str(json.loads(line).get("error_type")))
+    return found
+
+
 def test_oversized_body_is_413(server: Server) -> None:
+    before = len(_error_lines(server))
     r = server.client.post("/synthesize", content=b'{"text": "' + b"a" * 70000 + b'"}',
                            headers={"content-type": "application/json"})  # fmt: skip
     assert r.status_code == 413 and r.json()["type"] == "payload_too_large"
@@ -114,6 +125,8 @@ def test_oversized_body_is_413(server: Server) -> None:
     r = server.client.post("/synthesize", content=chunked(),
                            headers={"content-type": "application/json"})  # fmt: skip
     assert r.status_code == 413 and r.json()["type"] == "payload_too_large"
+    # each refusal is one completion line: the app's failed read after the cap records nothing
+    assert _error_lines(server)[before:] == ["payload_too_large", "payload_too_large"]
 
 
 def test_health_live_voices(server: Server) -> None:
