@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -30,7 +31,18 @@ class Settings(BaseSettings):
     voice: str = DEFAULT_VOICE
     """Voice used when a request names none."""
     threads: int = Field(1, ge=1, le=64)
-    """ONNX Runtime intra-op threads per worker process."""
+    """ONNX Runtime intra-op threads per engine run."""
+    compute_threads: int | None = Field(None, ge=1, le=256)
+    """Compute threads per worker process, all over one deadline queue (default: from the
+    container's CPU quota, see ``workers``)."""
+    scheduler: Literal["deadline", "legacy"] = "deadline"
+    """``deadline``: K compute threads per process over one queue of steps ordered by playback
+    deadline, bounded steps, admission by real-time capacity. ``legacy``: the earlier
+    scheduler (one compute thread, whole windows, no admission), kept for comparison."""
+    realtime_load: float = Field(0.9, gt=0.0, le=4.0)
+    """Share of a process's measured real-time capacity its admitted streams may demand; a new
+    stream past it waits for a running one to finish (its time to first audio grows) instead
+    of making running streams stall."""
     first_window_frames: int = Field(16, ge=1, le=256)
     """Frames in a sentence's first vocoder window: smaller starts audio sooner."""
     window_growth: float = Field(8.0, ge=1.0, le=64.0)

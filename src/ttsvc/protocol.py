@@ -88,6 +88,11 @@ class WorkerReady:
     voice: str
     engine_version: str
     sample_rate: int
+    capacity: float = 0.0
+    """Audio seconds per second the process can compute with all its compute threads, as
+    measured at start (0: unknown)."""
+    threads: int = 1
+    """Compute threads the process runs over its one deadline queue."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,18 @@ class Heartbeat:
     worker: int
     qsize: int
     """Streams on this worker, running or waiting for their first window."""
+    capacity: float = 0.0
+    """Audio seconds per second the process can compute now, kept current from real step
+    costs (0: unknown)."""
+    demand: float = 0.0
+    """Audio seconds per second the streams it computes need to keep playing (each admitted
+    stream still computing needs one)."""
+    waiting: int = 0
+    """Streams held back because admitting them would push demand past capacity."""
+    misses: int = 0
+    """Chunks sent after their stream's playback deadline, since the worker started."""
+    late_s: float = 0.0
+    """Seconds those chunks were late, summed, since the worker started."""
 
 
 @dataclass(frozen=True)
