@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -116,6 +116,7 @@ class WindowSchedule:
         frame_s: float = 0.0,
         context: int = 0,
         budget: Budget | None = None,
+        window_cost_s: float = 0.0,
     ) -> Iterator[tuple[int, int]]:
         """``[start, end)`` frame ranges covering ``frames`` frames, decided one at a time.
 
@@ -124,7 +125,8 @@ class WindowSchedule:
         without them the sizes follow ``first``/``growth``/``max`` alone. ``budget``, asked
         just before each window after the first, caps that window's compute time (seconds, or
         None for no cap): a worker uses it so one stream's window cannot outlast the audio
-        other streams still have buffered.
+        other streams still have buffered. ``window_cost_s`` is what one window's own engine run
+        costs per frame, when the flow runs as a step of its own (else ``frame_cost_s``).
 
         Not scaled down for a busy worker: tried (windows sized by 1 / streams on the worker),
         it left underruns at concurrency 4 unchanged and, in overload, cut throughput from 20 to
@@ -135,7 +137,8 @@ class WindowSchedule:
             if start > 0 and budget is not None and frame_cost_s > 0:
                 allowed = budget()  # asked now, as the window is about to be computed
                 if allowed is not None:
-                    fits = max(self.shared_min, int(allowed / frame_cost_s) - context)
+                    cost = window_cost_s or frame_cost_s
+                    fits = max(self.shared_min, int(allowed / cost) - context)
                     size, limit = min(size, fits), min(limit, fits)
             end = min(frames, start + size)
             size = min(self.max, max(size + 1, int(size * self.growth)))
@@ -151,15 +154,21 @@ class WindowSchedule:
 
 @dataclass(frozen=True)
 class FrameCall:
-    """A frame-engine run one stream waits for: ``inputs`` ``[1, C, T]`` through ``stage``.
+    """An engine run one stream waits for: ``inputs`` through ``stage``.
 
     The synthesizer yields these instead of calling the engine, so that on a GPU the worker can
-    gather the same call of several streams into one batched run; the answer sent back is the
-    engine's output for ``inputs`` (``[1, C, T]`` frames, or the flat samples of the vocoder).
+    gather the same call of several streams into one batched run, and on a CPU each engine run
+    is one step of its own that the worker's deadline queue orders (a sentence's acoustic run
+    too, so it never rides along with another stream's window). The answer sent back is the
+    engine's output for ``inputs``: latents ``[1, C, T]`` for the phoneme ids ``[1, N]`` of an
+    acoustic call (with ``scales``), ``[1, C, T]`` frames from the flow, or the flat samples of
+    the vocoder.
     """
 
-    stage: Literal["flow", "vocoder"]
-    inputs: FloatArray
+    stage: Literal["acoustic", "flow", "vocoder"]
+    inputs: npt.NDArray[Any]
+    scales: FloatArray | None = None
+    """The acoustic call's noise and length scales."""
 
 
 T = TypeVar("T")
@@ -227,6 +236,12 @@ class Synthesizer:
         self.flow_context = engines.manifest.contexts.get("flow")
         self.frame_cost_s = 0.0
         """Flow + vocoder seconds per frame here; 0 until ``calibrate`` ran (no playback cap)."""
+        self.flow_cost_s = 0.0
+        """Flow seconds per frame (context included); 0 until ``calibrate`` ran."""
+        self.vocoder_cost_s = 0.0
+        """Vocoder seconds per frame (context included); 0 until ``calibrate`` ran."""
+        self.acoustic_cost_s = 0.0
+        """Acoustic engine seconds per phoneme id; 0 until ``calibrate`` ran."""
         self._seconds_per_id: float | None = None
 
     @property
@@ -253,18 +268,26 @@ class Synthesizer:
         return self.engines.vocoder.waveform(self.frames(self.latents(ids, params)))
 
     def calibrate(self, frames: int = 64) -> float:
-        """Measure flow + vocoder cost per frame (after a warm-up run) for the playback cap."""
+        """Measure flow + vocoder cost per frame (after a warm-up run) for the playback cap,
+        and each engine's own cost (per frame, per phoneme id) for a worker's step estimates."""
         channels = self.engines.manifest.latent_channels
         width = frames + self.vocoder_context.left + self.vocoder_context.right
         window = np.zeros((1, channels, width), dtype=np.float32)
-        cost = 0.0
+        costs = []
         for stage in (self.frames, self.engines.vocoder.waveform):
             stage(window)
             started = time.perf_counter()
             stage(window)
-            cost += (time.perf_counter() - started) / width
-        self.frame_cost_s = cost
-        return cost
+            costs.append((time.perf_counter() - started) / width)
+        ids = [i for sentence in self.sentences(CANARY_TEXT) for i in sentence.ids]
+        params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
+        started = time.perf_counter()
+        self.latents(ids, params)
+        self.acoustic_cost_s = (time.perf_counter() - started) / len(ids)
+        self.flow_cost_s = costs[0] if self.engines.flow is not None else 0.0
+        self.vocoder_cost_s = costs[1]
+        self.frame_cost_s = sum(costs)
+        return self.frame_cost_s
 
     def seconds_per_id(self) -> float:
         """Audio seconds per phoneme id at speed 1, measured once on the canary sentence.
@@ -296,6 +319,7 @@ class Synthesizer:
             frame_s=self.hop / self.sample_rate,
             context=self.vocoder_context.left + self.vocoder_context.right,
             budget=budget,
+            window_cost_s=self.vocoder_cost_s,
         )
 
     def windows(
@@ -308,7 +332,10 @@ class Synthesizer:
             yield audio
 
     def run_call(self, call: FrameCall) -> FloatArray:
-        """Run one frame-engine call at once, batch of one (the CPU path)."""
+        """Run one engine call at once, batch of one (the CPU path)."""
+        if call.stage == "acoustic":
+            assert call.scales is not None
+            return self.engines.acoustic.latents(call.inputs, call.scales)
         if call.stage == "flow":
             assert self.engines.flow is not None
             return self.engines.flow.frames(call.inputs)
@@ -330,6 +357,9 @@ class Synthesizer:
 
         The engine runs are yielded rather than made here so that a GPU scheduler can batch the
         same call of several streams (``worker.batching``); ``drive`` runs them one by one.
+        ``budget`` (see ``WindowSchedule.windows``) bounds the flow's runs as well as the
+        vocoder's windows: on a worker whose streams share its cores, the flow's chunk shrinks
+        to what the budget allows (never below what the next window needs).
         """
         total = latents.shape[2]
         vctx, hop = self.vocoder_context, self.hop
@@ -339,7 +369,11 @@ class Synthesizer:
         for start, end in self.plan(total, schedule, budget):
             need = min(total, end + vctx.right)
             if flow is not None and fctx is not None and done < need:
-                target = need if done == 0 else min(total, max(need, done + FLOW_CHUNK))
+                chunk = FLOW_CHUNK
+                allowed = budget() if budget is not None and self.flow_cost_s > 0 else None
+                if allowed is not None:
+                    chunk = min(chunk, int(allowed / self.flow_cost_s) - fctx.left - fctx.right)
+                target = need if done == 0 else min(total, max(need, done + chunk))
                 lo, hi = max(0, done - fctx.left), min(total, target + fctx.right)
                 out = yield FrameCall("flow", latents[:, :, lo:hi])
                 assert out is not None
@@ -384,7 +418,9 @@ class Synthesizer:
         schedule = schedule or self.schedule
         for index, sentence in enumerate(sentences):
             last_sentence = index == len(sentences) - 1
-            latents = self.latents(sentence.ids, params)
+            phonemes = np.asarray([sentence.ids], dtype=np.int64)
+            latents = yield FrameCall("acoustic", phonemes, params.scales(self.engines))
+            assert latents is not None
             total = latents.shape[2]
             length = total * self.hop + (0 if last_sentence else len(silence))
             if max_audio_s is not None and offset + length > max_audio_s * self.sample_rate:

@@ -66,6 +66,7 @@ from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.pool.supervisor import Mailbox, WorkerPool, WorkerSpec
 from ttsvc.protocol import AudioChunkMsg, EngineSpec, StreamDone, StreamError, SynthesisJob
 from ttsvc.repository.cache import EngineCache
+from ttsvc.worker.process import ComputePlan
 
 log = get_logger("gateway")
 
@@ -232,7 +233,9 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             spec = WorkerSpec(engine, settings.threads, settings.schedule(),
                               settings.max_sentence_chars, settings.multiplex, settings.log_level,
                               settings.worker_start_timeout_s,
-                              settings.worker_silence_timeout_s)  # fmt: skip
+                              settings.worker_silence_timeout_s,
+                              ComputePlan(settings.compute_threads or 1, settings.scheduler,
+                                          settings.realtime_load))  # fmt: skip
             pool = WorkerPool(spec, settings.workers, balancer, loop, state.metrics)
             state.pool = pool
             pool.start()

@@ -36,7 +36,7 @@ from ttsvc.protocol import (
     WorkerReady,
 )
 from ttsvc.synthesis import WindowSchedule
-from ttsvc.worker.process import run_worker
+from ttsvc.worker.process import ComputePlan, run_worker
 
 log = get_logger("pool")
 Mailbox = asyncio.Queue[AudioChunkMsg | StreamDone | StreamError]
@@ -63,6 +63,8 @@ class WorkerSpec:
     """Not READY within this after spawn: killed and respawned."""
     silence_timeout_s: float = 10.0
     """No message for this long from a READY worker: killed (a hung worker never sends EOF)."""
+    plan: ComputePlan = field(default_factory=ComputePlan)
+    """Scheduler, compute threads and admission limit of each worker."""
 
 
 @dataclass
@@ -170,7 +172,7 @@ class WorkerPool:
         process = self._ctx.Process(
             target=run_worker,
             args=(wid, spec.engine, spec.threads, spec.schedule,
-                  spec.max_sentence_chars, spec.multiplex, child, spec.log_level),
+                  spec.max_sentence_chars, spec.multiplex, child, spec.log_level, spec.plan),
             name=f"ttsvc-worker-{wid}",
             daemon=True,
         )  # fmt: skip

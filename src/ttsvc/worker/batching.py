@@ -163,13 +163,17 @@ class BatchStreamScheduler(StreamScheduler):
         elapsed: float,
         send: Callable[[FromWorker], None],
     ) -> None:
-        """Hand ``stream`` its answer and run it to its next engine call, sending the chunks it
-        completes on the way (a sentence's engine runs here too: it is once per sentence)."""
+        """Hand ``stream`` its answer and run it to its next frame-engine call, sending the chunks
+        it completes on the way (a sentence's acoustic run is answered here: it is once per
+        sentence and its shapes differ from stream to stream, so it does not batch)."""
         assert stream.steps is not None
         stream.pending = None
         try:
             item = stream.steps.send(answer)
-            while isinstance(item, AudioChunk):
+            while isinstance(item, AudioChunk) or item.stage == "acoustic":
+                if not isinstance(item, AudioChunk):
+                    item = stream.steps.send(stream.synth.run_call(item))
+                    continue
                 samples = self._resample(stream, item)
                 self._emit(stream, item, samples, elapsed, send)
                 if item.last or stream.job.uid not in self.streams:

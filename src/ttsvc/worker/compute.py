@@ -134,7 +134,8 @@ class StreamScheduler:
             return None
         return share * min(ahead)
 
-    def _params(self, stream: _Stream) -> SynthesisParams:
+    @staticmethod
+    def _params(stream: _Stream) -> SynthesisParams:
         """The stream's synthesis parameters; sets up its resampler (first step only)."""
         job = stream.job
         rate = stream.synth.sample_rate

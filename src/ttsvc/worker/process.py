@@ -12,6 +12,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import structlog
@@ -30,7 +32,9 @@ from ttsvc.protocol import (
     WorkerReady,
 )
 from ttsvc.synthesis import Synthesizer, WindowSchedule, canary_failure
-from ttsvc.worker.batching import scheduler_for
+from ttsvc.worker.batching import batch_limit, scheduler_for
+from ttsvc.worker.compute import StreamScheduler
+from ttsvc.worker.deadline import DeadlineScheduler, measure
 from ttsvc.worker.heap import Heap
 
 HEARTBEAT_INTERVAL_S = 0.5
@@ -38,12 +42,18 @@ STAGING_POLL_S = 0.05
 """How long an idle worker waits on its pipe before looking for a staged engine set."""
 
 
-def _load(spec: EngineSpec, threads: int, schedule: WindowSchedule,
-          max_sentence_chars: int, frame_cost_s: float = 0.0) -> Synthesizer:  # fmt: skip
+def _load(
+    spec: EngineSpec,
+    threads: int,
+    schedule: WindowSchedule,
+    max_sentence_chars: int,
+    cost: tuple[float, float, float] = (0.0, 0.0, 0.0),
+) -> Synthesizer:
     """Load, warm up and calibrate an engine set; raise if its canary fails.
 
-    A swap passes the serving engines' measured cost per frame: the new set runs the same
-    architecture on the same machine, and measuring again would compete with live streams.
+    A swap passes the serving engines' measured costs per frame (flow and vocoder together, and
+    the flow's part): the new set runs the same architecture on the same machine, and measuring
+    again would compete with live streams.
     """
     # imported here, in the worker: the gateway imports this module only to name the spawn
     # target, and must not carry an inference runtime it never runs (20 MB RSS for ORT alone)
@@ -55,11 +65,29 @@ def _load(spec: EngineSpec, threads: int, schedule: WindowSchedule,
     if failure is not None:
         raise EngineError(f"{spec.source} ({spec.label}): {failure}",
                           reason=f"canary synthesis failed: {failure}")  # fmt: skip
-    if frame_cost_s > 0:
-        synth.frame_cost_s = frame_cost_s
+    if cost[0] > 0:  # frame cost, flow's share of it, acoustic cost per id
+        synth.frame_cost_s, synth.flow_cost_s, synth.acoustic_cost_s = cost
+        synth.vocoder_cost_s = cost[0] - cost[1]
     else:
         synth.calibrate()  # window sizes then follow this machine's real speed
     return synth
+
+
+@dataclass(frozen=True)
+class ComputePlan:
+    """How a worker computes: its scheduler, compute threads and admission limit."""
+
+    threads: int = 1
+    """Compute threads over the process's one deadline queue (``deadline`` scheduler)."""
+    scheduler: str = "deadline"
+    """``deadline`` (``worker.deadline``) or ``legacy`` (``worker.compute``: one thread)."""
+    load_limit: float = 0.9
+    """Share of the measured real-time capacity admitted streams may demand."""
+
+
+HANG_S = 5.0
+"""A step running longer than this is hung (the longest real ones take a fraction of a second):
+the worker stops its heartbeats, and the gateway kills and replaces it."""
 
 
 def run_worker(
@@ -71,6 +99,7 @@ def run_worker(
     multiplex: bool,
     conn: Connection,
     log_level: str = "info",
+    plan: ComputePlan | None = None,
 ) -> None:
     """Process target (spawned). Returns when the gateway says so or its pipe closes."""
     # the gateway owns shutdown: a Ctrl-C in the terminal, or a SIGTERM sent to the whole
@@ -79,21 +108,64 @@ def run_worker(
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     configure_logging(log_level, sys.stdout)
     structlog.contextvars.bind_contextvars(worker=worker_id)
+    plan = plan or ComputePlan()
     heap = Heap()
     heap.pin_mmap_threshold()  # before the engines load: their weights are the large blocks
     synth = _load(spec, threads, schedule, max_sentence_chars)
-    scheduler = scheduler_for(synth, multiplex)  # batches windows only on engines that batch
+    deadline = plan.scheduler == "deadline" and multiplex and batch_limit(synth.engines) == 1
+    if deadline:
+        rate, first_chunk_s = measure(synth)
+        scheduler: StreamScheduler | DeadlineScheduler = DeadlineScheduler(
+            synth, plan.threads, plan.load_limit, rate, first_chunk_s=first_chunk_s)
+    else:  # legacy, FIFO, or engines that batch windows (GPU plans): one compute loop
+        scheduler = scheduler_for(synth, multiplex)
+    pipe_lock = threading.Lock()
 
     def send(msg: FromWorker) -> None:
-        conn.send(msg)
+        with pipe_lock:  # compute threads and this one share the pipe
+            conn.send(msg)
 
-    send(WorkerReady(worker_id, synth.engines.manifest.voice, spec.label, synth.sample_rate))
+    capacity = scheduler.capacity.value if isinstance(scheduler, DeadlineScheduler) else 0.0
+    send(WorkerReady(worker_id, synth.engines.manifest.voice, spec.label, synth.sample_rate,
+                     capacity, plan.threads if deadline else 1))  # fmt: skip
     del synth  # the scheduler holds the serving engines: a local would keep the first set forever
+    if isinstance(scheduler, DeadlineScheduler):
+        scheduler.start(send)
+        try:
+            _serve(worker_id, scheduler, conn, send, heap, threads, schedule, max_sentence_chars)
+        finally:
+            scheduler.close()
+        return
+    _serve(worker_id, scheduler, conn, send, heap, threads, schedule, max_sentence_chars)
+
+
+def _heartbeat(worker_id: int, scheduler: StreamScheduler | DeadlineScheduler) -> Heartbeat:
+    if not isinstance(scheduler, DeadlineScheduler):
+        return Heartbeat(worker_id, len(scheduler.streams))
+    with scheduler.lock:
+        return Heartbeat(worker_id, len(scheduler.streams), scheduler.capacity.value,
+                         scheduler.demand(), scheduler.waiting(), scheduler.misses,
+                         scheduler.late_s)  # fmt: skip
+
+
+def _serve(
+    worker_id: int,
+    scheduler: StreamScheduler | DeadlineScheduler,
+    conn: Connection,
+    send: Callable[[FromWorker], None],
+    heap: Heap,
+    threads: int,
+    schedule: WindowSchedule,
+    max_sentence_chars: int,
+) -> None:
+    """The worker's main loop: the pipe, heartbeats and staged swaps, and, for a single-loop
+    scheduler, its steps (the deadline scheduler's own threads run its steps)."""
+    threaded = scheduler if isinstance(scheduler, DeadlineScheduler) else None
     staged: queue.SimpleQueue[tuple[SwapEngines, Synthesizer | tuple[str, str]]]
     staged = queue.SimpleQueue()
     newest_swap = 0
 
-    def stage(request: SwapEngines, cost: float) -> None:
+    def stage(request: SwapEngines, cost: tuple[float, float, float]) -> None:
         """Load and canary a candidate beside the serving engines, off the compute loop, so the
         streams this worker is serving do not stall while it loads."""
         try:
@@ -113,7 +185,8 @@ def run_worker(
         if now - last_beat >= HEARTBEAT_INTERVAL_S:
             if os.getppid() != parent:
                 return  # the gateway died: do not linger as an orphan
-            send(Heartbeat(worker_id, len(scheduler.streams)))
+            if threaded is None or threaded.stalled_for() < HANG_S:
+                send(_heartbeat(worker_id, scheduler))
             last_beat = now
         while not staged.empty():
             request, result = staged.get()
@@ -125,15 +198,20 @@ def run_worker(
                 reply = EnginesSwapped(worker_id, label, False, public, request.seq,
                                        detail=detail)  # fmt: skip
             else:
-                scheduler.synth = result  # running streams keep their own engines
+                if isinstance(scheduler, DeadlineScheduler):
+                    with scheduler.lock:
+                        scheduler.synth = result  # running streams keep their own engines
+                else:
+                    scheduler.synth = result
                 reply = EnginesSwapped(worker_id, label, True, "", request.seq,
                                        precision=result.engines.precision)  # fmt: skip
             del result  # a superseded candidate is freed now, not at the next swap
             heap.freed()
             send(reply)
-        timeout = 0.0 if scheduler.streams else STAGING_POLL_S
+        busy = bool(scheduler.streams)
+        timeout = 0.0 if busy and threaded is None else STAGING_POLL_S
         try:
-            if not scheduler.streams and not conn.poll(0):
+            if not busy and not conn.poll(0):
                 heap.trim_if_due()  # idle: a trim's few milliseconds delay no window
             while conn.poll(timeout):
                 msg = conn.recv()
@@ -147,12 +225,14 @@ def run_worker(
                         send(done)
                 elif isinstance(msg, SwapEngines):
                     newest_swap = msg.seq
-                    cost = scheduler.synth.frame_cost_s
+                    serving = scheduler.synth
+                    cost = (serving.frame_cost_s, serving.flow_cost_s, serving.acoustic_cost_s)
                     threading.Thread(target=stage, args=(msg, cost), daemon=True).start()
                 elif isinstance(msg, Shutdown):
                     return
         except (EOFError, OSError):
             return
-        if scheduler.streams:
-            scheduler.step(send)
+        if busy:
             heap.freed()
+        if busy and not isinstance(scheduler, DeadlineScheduler):
+            scheduler.step(send)

@@ -1,0 +1,433 @@
+"""The real-time scheduler: K compute threads of one worker process over one deadline queue.
+
+Why: a stream's audio is played as it arrives, so each stream has a deadline (the moment the
+audio already sent runs out) and the only thing that matters is that its next chunk is sent
+before it. A stream pinned to one compute thread stalls while that thread runs another stream's
+window even when the next core idles; here any free thread takes the most urgent step of any
+stream in the process (earliest deadline first). ONNX Runtime releases the GIL inside ``run``
+and its sessions are safe to run from several threads, so K threads with one intra-op thread
+each use K cores while the engine weights are loaded once per process.
+
+Three rules keep streams playing:
+
+* **Steps are single engine runs** (``FrameCall``: a sentence's acoustic run, a flow chunk, a
+  vocoder window), so no step carries another's cost, and the window and flow sizes are bounded
+  by ``budget``: once streams outnumber the threads, no step may run longer than a share of the
+  smallest slack among the other streams (and, while a new stream could still be admitted, than
+  a fresh stream's first-audio target), with a floor that keeps the overlap cost small. With
+  fewer streams than threads every stream has a thread and windows grow freely (throughput).
+* **A fresh stream is due ``first_audio_s`` after it arrived**, so its first window goes before
+  running streams that still have more audio buffered than that, and after those that do not.
+* **Admission by real-time capacity.** Each admitted stream still computing needs one audio
+  second per second; the process knows how many it can compute (``Capacity``: measured at start,
+  kept current from the real cost of every step). A new stream that would push demand past
+  ``load_limit`` x capacity waits, oldest first (the key with the fewest admitted streams
+  first, so one key's burst cannot hold every place), and its time to first audio grows instead
+  of every running stream stalling.
+
+The policy (``pick``, ``budget``, admission) reads time only through the injected clock, so
+tests drive it with a fake one; the threads are plain ``threading.Thread``s started by
+``start``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ttsvc.errors import TTSError
+from ttsvc.observability.logs import get_logger
+from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
+from ttsvc.synthesis import CANARY_TEXT, AudioChunk, FrameCall, Pcm16, SynthesisParams, Synthesizer
+from ttsvc.worker.compute import StreamScheduler, _Stream
+
+log = get_logger("worker")
+
+Send = Callable[[FromWorker], None]
+
+FIRST_AUDIO_S = 0.1
+"""A fresh stream's first chunk is due this long after it arrived."""
+BUDGET_SHARE = 0.5
+"""A step may take this share of the smallest slack among the other streams (the rest is for
+that stream's own step once a thread frees)."""
+STEP_FLOOR_S = 0.03
+"""No budget is smaller than this: below it, a window's overlap would cost more than its audio."""
+GUARD_S = 0.1
+"""A playing stream whose next step must start within this goes before fresh streams: about
+the longest step another thread may be in the middle of when it is picked."""
+CAPACITY_MEMORY = 200
+"""Steps over which the measured capacity averages (exponentially): a few seconds of work."""
+
+
+@dataclass
+class _Live(_Stream):
+    """A stream in the deadline scheduler."""
+
+    admitted: bool = False
+    running: bool = False
+    """A thread is computing its step: no other thread may touch it."""
+    cancelled: bool = False
+    """The client left during a step: the thread that runs it ends it."""
+    step_started: float | None = None
+    """Monotonic time its running step began (real time, for hang detection)."""
+
+
+class Capacity:
+    """Audio seconds per second one process computes with all its threads, from step costs.
+
+    Measured from wall time per step rather than CPU time, so a core shared with the gateway or
+    another tenant shows as less capacity, which is what admission needs to know.
+    """
+
+    def __init__(self, threads: int, per_thread: float) -> None:
+        self.threads = threads
+        self._audio = per_thread
+        self._compute = 1.0
+
+    def record(self, audio_s: float, compute_s: float) -> None:
+        """One step's audio (0 for an acoustic or flow step) and its wall time."""
+        keep = 1.0 - 1.0 / CAPACITY_MEMORY
+        self._audio = keep * self._audio + audio_s
+        self._compute = keep * self._compute + compute_s
+
+    @property
+    def value(self) -> float:
+        """Audio seconds per second with every thread busy."""
+        return self.threads * self._audio / max(self._compute, 1e-9)
+
+
+class DeadlineScheduler:
+    """Streams of one worker process, stepped by K threads in deadline order."""
+
+    def __init__(
+        self,
+        synth: Synthesizer,
+        threads: int = 1,
+        load_limit: float = 0.9,
+        per_thread: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        first_audio_s: float = FIRST_AUDIO_S,
+        first_chunk_s: float = 0.0,
+    ) -> None:
+        self.synth = synth
+        """Engines new streams start on (a swap replaces it; running streams keep theirs)."""
+        self.threads = threads
+        self.load_limit = load_limit
+        self.clock = clock
+        self.first_audio_s = first_audio_s
+        self.capacity = Capacity(threads, per_thread)
+        self.first_chunk_s = first_chunk_s
+        """Compute seconds from a stream's arrival to its first chunk, alone (measured at
+        start with the canary; 0 until then)."""
+        self.streams: dict[str, _Live] = {}
+        """Every stream, admitted or waiting, in arrival order."""
+        self.misses = 0
+        """Chunks sent after their stream's playback deadline."""
+        self.late_s = 0.0
+        """Seconds those chunks were late, summed."""
+        self.lock = threading.Condition()
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+
+    # -- policy (call with ``lock`` held) ---------------------------------------------------
+
+    def demand(self) -> float:
+        """Audio seconds per second the admitted streams need: one each while computing."""
+        return float(sum(1 for s in self.streams.values() if s.admitted))
+
+    def waiting(self) -> int:
+        """Streams held back by admission."""
+        return sum(1 for s in self.streams.values() if not s.admitted)
+
+    def _room(self) -> bool:
+        """Whether one more stream fits in the real-time capacity. As many streams as threads
+        always do (and any number while the capacity is unknown): a machine measured slow
+        still serves, only with less company per core."""
+        demand = self.demand()
+        capacity = self.capacity.value
+        return capacity <= 0 or demand < self.threads or demand + 1 <= self.load_limit * capacity
+
+    def admit(self) -> None:
+        """Admit waiting streams while they fit: from the key with the fewest admitted streams,
+        oldest first."""
+        while True:
+            waiting = [s for s in self.streams.values() if not s.admitted]
+            if not waiting or not self._room():
+                return
+            held: dict[str | None, int] = {}
+            for s in self.streams.values():
+                if s.admitted:
+                    held[s.job.key] = held.get(s.job.key, 0) + 1
+            nxt = min(waiting, key=lambda s: (held.get(s.job.key, 0), s.arrived))
+            nxt.admitted = True
+
+    def due(self, stream: _Stream) -> float:
+        """When the stream's next chunk must be sent: its first-audio target while it is fresh,
+        else when the audio it has sent runs out for a client that plays it from the start."""
+        if stream.first_sent_at is None:
+            return stream.arrived + self.first_audio_s
+        return stream.first_sent_at + stream.samples_sent / stream.synth.sample_rate
+
+    def latest_start(self, stream: _Stream) -> float:
+        """When the stream's next step must start for its next chunk to be sent by ``due``: the
+        due time less what the steps up to that chunk cost (least laxity first). A stream that
+        still has to run a flow chunk before its next window is more pressed than one whose
+        window is all that is left, at the same deadline.
+
+        Fresh streams are ordered by their due time alone: a burst of them shares one target,
+        and subtracting what each has left would start every one's acoustic run before any
+        first window, so all would start late; by due time (then arrival) they finish their
+        first chunks one after another."""
+        if stream.first_sent_at is None:
+            return self.due(stream)
+        return self.due(stream) - self.cost_to_chunk(stream)
+
+    def cost_to_chunk(self, stream: _Stream) -> float:
+        """Estimated compute seconds from the stream's pending call to its next chunk, from the
+        per-frame and per-phoneme costs the synthesizer measured at start."""
+        synth, call = stream.synth, stream.pending
+        first = synth.schedule.first
+        vctx, fctx = synth.vocoder_context, synth.flow_context
+        window = (first + vctx.left + vctx.right) * synth.vocoder_cost_s
+        flow = 0.0 if fctx is None else (first + vctx.right + fctx.right) * synth.flow_cost_s
+        if call is None:  # not started: front end, acoustic run, then the first window
+            return self.first_chunk_s
+        if call.stage == "acoustic":
+            return int(call.inputs.shape[1]) * synth.acoustic_cost_s + flow + window
+        frames = int(call.inputs.shape[2])
+        if call.stage == "flow":
+            return frames * synth.flow_cost_s + window
+        return frames * synth.vocoder_cost_s
+
+    def pick(self) -> _Live | None:
+        """The admitted, idle stream to step next.
+
+        First a playing stream that must start its next step within ``GUARD_S`` (a stall is
+        audible, so it goes before everything); then fresh streams, by due time (a late first
+        chunk only lengthens a wait); then the other playing streams, least laxity first.
+        Arrival breaks ties. Nothing starves: a playing stream's laxity shrinks as time passes
+        until it is first in line, and a fresh stream's turn comes before any playing stream
+        that is not about to run dry.
+        """
+        ready = [s for s in self.streams.values() if s.admitted and not s.running]
+        if not ready:
+            return None
+        horizon = self.clock() + GUARD_S
+
+        def key(s: _Live) -> tuple[int, float, float]:
+            if s.first_sent_at is None:
+                return (1, self.due(s), s.arrived)
+            start = self.latest_start(s)
+            return (0 if start <= horizon else 2, start, s.arrived)
+
+        return min(ready, key=key)
+
+    def budget(self, stream: _Stream) -> float | None:
+        """Longest step ``stream`` may take now (None: no bound).
+
+        Bounded only once admitted streams outnumber the threads (with fewer, each has a thread
+        and large windows cost less overlap): a share of the smallest slack among the other
+        admitted streams that are not yet late (one already late is past helping, and shrinking
+        steps for it would only cost everyone overlap), and, while admission has room for a
+        newcomer, its first-audio target too. Never below ``STEP_FLOOR_S``.
+        """
+        with self.lock:
+            admitted = [s for s in self.streams.values() if s.admitted]
+            if len(admitted) <= self.threads:
+                return None
+            now = self.clock()
+            slack = [self.due(s) - now for s in admitted if s is not stream]
+            ahead = [s for s in slack if s > 0]
+            bound = BUDGET_SHARE * min(ahead) if ahead else float("inf")
+            if self._room():
+                bound = min(bound, self.first_audio_s)
+            return None if bound == float("inf") else max(STEP_FLOOR_S, bound)
+
+    # -- streams ------------------------------------------------------------------------------
+
+    def add(self, job: SynthesisJob) -> None:
+        """Queue a new stream; it is admitted when it fits the capacity."""
+        with self.lock:
+            self.streams[job.uid] = _Live(job, self.synth, arrived=self.clock())
+            self.admit()
+            self.lock.notify()
+
+    def cancel(self, uid: str) -> StreamDone | None:
+        """Drop a stream; its final message, or None when unknown or ended by its thread."""
+        with self.lock:
+            stream = self.streams.get(uid)
+            if stream is None:
+                return None
+            if stream.running:
+                stream.cancelled = True  # its thread sends the final message after the step
+                return None
+            self._remove(stream)
+        return StreamDone(uid, stream.samples_sent, stream.compute_s)
+
+    def _remove(self, stream: _Live) -> None:
+        """Forget a stream (lock held) and admit whoever now fits."""
+        if self.streams.get(stream.job.uid) is stream:
+            del self.streams[stream.job.uid]
+        StreamScheduler._release(stream)
+        self.admit()
+        self.lock.notify_all()
+
+    # -- threads ------------------------------------------------------------------------------
+
+    def start(self, send: Send) -> None:
+        """Start the compute threads; each sends what its steps produce with ``send``."""
+        for index in range(self.threads):
+            thread = threading.Thread(target=self.run, args=(send,), daemon=True,
+                                      name=f"compute-{index}")  # fmt: skip
+            thread.start()
+            self._threads.append(thread)
+
+    def close(self) -> None:
+        """Stop the threads after their current step."""
+        with self.lock:
+            self._closed = True
+            self.lock.notify_all()
+
+    def run(self, send: Send) -> None:
+        """One compute thread: take the most urgent step, run it, send its audio; repeat.
+        Ends on ``close`` or when the pipe to the gateway is gone."""
+        while True:
+            with self.lock:
+                stream = self.pick()
+                while stream is None and not self._closed:
+                    self.lock.wait()
+                    stream = self.pick()
+                if stream is None:
+                    return
+                stream.running = True
+                stream.step_started = time.monotonic()
+            try:
+                self.step(stream, send)
+            except (OSError, EOFError):
+                return  # the gateway went away: the main thread ends the process
+            finally:
+                stream.step_started = None
+
+    def stalled_for(self) -> float:
+        """How long the oldest step still running has run (0 when none): a step hung in native
+        code shows here, and the worker then stops its heartbeats so the gateway replaces it."""
+        with self.lock:
+            started = [s.step_started for s in self.streams.values() if s.step_started is not None]
+        return time.monotonic() - min(started) if started else 0.0
+
+    def step(self, stream: _Live, send: Send) -> None:
+        """Run one engine call of ``stream`` (marked running) and send the chunks it completes."""
+        started = time.perf_counter()
+        chunks: list[AudioChunk] = []
+        ended = False
+        try:
+            ended = self._advance(stream, chunks)
+            samples = [StreamScheduler._resample(stream, c) for c in chunks]
+        except Exception as exc:  # a bug or a TTSError fails this stream, never the thread
+            self._fail(stream, exc, send)
+            return
+        elapsed = time.perf_counter() - started
+        stream.compute_s += elapsed
+        audio = sum(len(c.samples) for c in chunks) / stream.synth.sample_rate
+        with self.lock:
+            self.capacity.record(audio, elapsed)
+            cancelled = stream.cancelled
+        if not cancelled:
+            for chunk, pcm in zip(chunks, samples, strict=True):
+                self._emit(stream, chunk, pcm, elapsed, send)
+                elapsed = 0.0  # the step's cost is reported once
+        with self.lock:
+            stream.running = False
+            if cancelled or ended or (chunks and chunks[-1].last):
+                self._remove(stream)
+            else:
+                self.lock.notify()
+        if cancelled:
+            send(StreamDone(stream.job.uid, stream.samples_sent, stream.compute_s))
+        elif ended or (chunks and chunks[-1].last):
+            self._done(stream, send)
+
+    def _advance(self, stream: _Live, chunks: list[AudioChunk]) -> bool:
+        """Run the stream's pending engine call (or start it) and carry it to its next call,
+        collecting the chunks completed on the way; True when it has ended."""
+        if stream.steps is None:
+            stream.started_at = self.clock()
+            job = stream.job
+            stream.steps = stream.synth.stream_steps(
+                job.text, StreamScheduler._params(stream), budget=lambda: self.budget(stream),
+                max_audio_s=job.max_audio_s)  # fmt: skip
+            answer = None
+        else:
+            assert stream.pending is not None
+            answer = stream.synth.run_call(stream.pending)
+        stream.pending = None
+        try:
+            item = stream.steps.send(answer)
+            while isinstance(item, AudioChunk):
+                chunks.append(item)
+                if item.last:
+                    return True
+                item = stream.steps.send(None)
+        except StopIteration:
+            return True
+        stream.pending = item if isinstance(item, FrameCall) else None
+        return False
+
+    def _emit(self, stream: _Live, chunk: AudioChunk, pcm: Pcm16 | None, elapsed: float,
+              send: Send) -> None:  # fmt: skip
+        """Send one chunk, counting it as a deadline miss if the client has run dry."""
+        now = self.clock()
+        if stream.first_sent_at is None:
+            stream.first_sent_at = now
+            queued = (stream.started_at or stream.arrived) - stream.arrived
+        else:
+            queued = 0.0
+            late = now - self.due(stream)
+            if late > 0:
+                with self.lock:
+                    self.misses += 1
+                    self.late_s += late
+        stream.samples_sent += len(chunk.samples)
+        assert pcm is not None
+        data = pcm.astype("<i2").tobytes()
+        send(AudioChunkMsg(stream.job.uid, data, chunk.offset, stream.synth.engines.label,
+                           elapsed, queued))  # fmt: skip
+
+    def _done(self, stream: _Live, send: Send) -> None:
+        log.info("stream_done", uid=stream.job.uid, engine_version=stream.synth.engines.label,
+                 audio_samples=stream.samples_sent,
+                 compute_ms=round(1000 * stream.compute_s, 1))  # fmt: skip
+        send(StreamDone(stream.job.uid, stream.samples_sent, stream.compute_s))
+
+    def _fail(self, stream: _Live, exc: Exception, send: Send) -> None:
+        """End one stream with its error (from an ``except`` block)."""
+        with self.lock:
+            stream.running = False
+            cancelled = stream.cancelled
+            self._remove(stream)
+        uid = stream.job.uid
+        if cancelled:
+            send(StreamDone(uid, stream.samples_sent, stream.compute_s))
+        elif isinstance(exc, TTSError):
+            log.info("stream_failed", uid=uid, error_type=exc.type)
+            send(StreamError(uid, exc.status, exc.type, exc.message, exc.field))
+        else:
+            log.exception("stream_crashed", uid=uid)
+            send(StreamError(uid, 500, "internal_error",
+                             f"synthesis failed: {type(exc).__name__}"))  # fmt: skip
+
+
+def measure(synth: Synthesizer) -> tuple[float, float]:
+    """Stream the canary as a stream would: audio seconds one thread computes per second (the
+    start of ``Capacity`` before real steps refine it), and seconds to its first chunk."""
+    params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
+    started = time.perf_counter()
+    first = 0.0
+    samples = 0
+    for chunk in synth.stream(CANARY_TEXT, params):
+        first = first or time.perf_counter() - started
+        samples += len(chunk.samples)
+    rate = samples / synth.sample_rate / max(time.perf_counter() - started, 1e-9)
+    return rate, first
