@@ -78,6 +78,15 @@ def test_v1_quota(tmp_path: Path, directory: str) -> None:
     assert cpu_budget(root) == CpuBudget(1, "cgroup v1 quota")
 
 
+def test_hybrid_layout_reads_the_v1_cpu_controller(tmp_path: Path) -> None:
+    """systemd's hybrid mode: a v2 tree under ``unified/`` without the cpu controller, the
+    quota in v1's ``cpu/``."""
+    (tmp_path / "unified").mkdir()
+    (tmp_path / "unified" / "cgroup.controllers").write_text("\n")
+    root = cgroup_v1(tmp_path, 100000, 100000, "cpu")
+    assert cpu_budget(root) == CpuBudget(1, "cgroup v1 quota")
+
+
 def test_v1_unlimited_quota(tmp_path: Path) -> None:
     root = cgroup_v1(tmp_path, -1, 100000)
     assert cgroup_quota(root) is None
@@ -100,8 +109,9 @@ def test_affinity_bounds_a_larger_quota(tmp_path: Path, one_core: int) -> None:
     assert cpu_budget(cgroup_v1(tmp_path / "v1", 300000, 100000)) == CpuBudget(1, "affinity")
 
 
-def test_quota_equal_to_the_affinity_mask_is_named_as_the_source(tmp_path: Path,
-                                                                  one_core: int) -> None:
+def test_quota_equal_to_the_affinity_mask_is_named_as_the_source(
+    tmp_path: Path, one_core: int
+) -> None:
     assert cpu_budget(cgroup_v2(tmp_path, "100000 100000")) == CpuBudget(1, "cgroup v2 quota")
 
 
