@@ -69,7 +69,22 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    "0.0.0.0 listens on every interface, as the image and the chart set)")
     p.add_argument("--port", type=int, default=None, help="default 9000")
     p.add_argument("--metrics-port", type=int, default=None, help="default 9091; 0: off")
-    p.add_argument("--workers", type=int, default=None, help="default: CPU count")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes (default: from the CPUs, see --cpus: 1 up to 4 CPUs, "
+                   "then ceil(cpus / 4); one per CPU with --scheduler legacy)")
+    p.add_argument("--compute-threads", type=int, default=None,
+                   help="compute threads per worker process (default: the CPUs spread over the "
+                   "workers, ceil(cpus / workers); 1 with --scheduler legacy)")
+    p.add_argument("--cpus", type=int, default=None,
+                   help="CPUs to plan workers x compute threads for (default: the container's "
+                   "cgroup CPU quota, rounded up, bounded by the CPU affinity mask)")
+    p.add_argument("--scheduler", choices=["deadline", "legacy"], default=None,
+                   help="deadline: compute threads over one queue ordered by playback deadline, "
+                   "admission by capacity; legacy: the earlier one-thread scheduler "
+                   "(default: deadline)")
+    p.add_argument("--realtime-load", type=float, default=None,
+                   help="share of a worker's real-time capacity its streams may demand before a "
+                   "new stream waits (default 0.9)")
     p.add_argument("--engines-dir", type=Path, default=None)
     p.add_argument("--voice", default=None)
     p.add_argument("--threads", type=int, default=None)
@@ -142,6 +157,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     names = {"engines_dir": "engines_dir", "voice": "voice", "threads": "threads",
              "first_window": "first_window_frames", "output_dir": "engines_dir",
              "host": "host", "port": "port", "workers": "workers",
+             "compute_threads": "compute_threads", "cpus": "cpus", "scheduler": "scheduler",
+             "realtime_load": "realtime_load",
              "metrics_port": "metrics_port",
              "max_streams_per_worker": "max_streams_per_worker",
              "queue_timeout_s": "queue_timeout_s", "drain_grace_s": "drain_grace_s",
@@ -259,8 +276,18 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from ttsvc.gateway.server import serve  # noqa: PLC0415
 
     path = resolve_engines(settings, settings.voice)
-    get_logger("serve").info("serving", engines=str(path), port=settings.port,
-                             workers=settings.workers)  # fmt: skip
+    budget = settings.cpu_budget()
+    get_logger("serve").info(
+        "serving",
+        engines=str(path),
+        port=settings.port,
+        workers=settings.workers,
+        compute_threads=settings.compute_threads,
+        split=f"{settings.workers}x{settings.compute_threads}",  # processes x threads
+        scheduler=settings.scheduler,
+        cpus=budget.cpus,
+        cpus_from=budget.source,
+    )
     return serve(settings, settings.voice)
 
 

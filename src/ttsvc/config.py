@@ -7,15 +7,22 @@ useless instead of letting them fail later inside a worker.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ttsvc.balancer import BalancerSettings
+from ttsvc.pool.cpus import (
+    MAX_PROCESSES,
+    MAX_THREADS,
+    CpuBudget,
+    Scheduler,
+    complete_split,
+    cpu_budget,
+)
 from ttsvc.synthesis import WindowSchedule
 
 DEFAULT_VOICE = "en_US-joe-medium"
@@ -32,10 +39,16 @@ class Settings(BaseSettings):
     """Voice used when a request names none."""
     threads: int = Field(1, ge=1, le=64)
     """ONNX Runtime intra-op threads per engine run."""
-    compute_threads: int | None = Field(None, ge=1, le=256)
-    """Compute threads per worker process, all over one deadline queue (default: from the
-    container's CPU quota, see ``workers``)."""
-    scheduler: Literal["deadline", "legacy"] = "deadline"
+    cpus: int | None = Field(None, ge=1, le=4096)
+    """CPUs the pool plans ``workers`` x ``compute_threads`` for (default: the container's cgroup
+    CPU quota rounded up, bounded by the affinity mask, never the node's core count; the Helm
+    chart passes the pod's CPU request, since a pod without a CPU limit has no quota)."""
+    compute_threads: int = Field(ge=1, le=MAX_THREADS)
+    """Compute threads per worker process, all over one deadline queue. Unset: from ``cpus``
+    (``ttsvc.pool.cpus.default_split``: one process up to 4 CPUs, then ``ceil(cpus / 4)``
+    processes), or ``ceil(cpus / workers)`` when ``workers`` is given; always 1 with the legacy
+    scheduler. Resolved to a number before validation, so it is always an int once built."""
+    scheduler: Scheduler = "deadline"
     """``deadline``: K compute threads per process over one queue of steps ordered by playback
     deadline, bounded steps, admission by real-time capacity. ``legacy``: the earlier
     scheduler (one compute thread, whole windows, no admission), kept for comparison."""
@@ -66,8 +79,9 @@ class Settings(BaseSettings):
     port: int = Field(9000, ge=1, le=65535)
     metrics_port: int = Field(9091, ge=0, le=65535)
     """Prometheus ``/metrics`` port, apart from the API so it need not be public; 0 turns it off."""
-    workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=256)
-    """Worker processes (default: one per CPU)."""
+    workers: int = Field(ge=1, le=MAX_PROCESSES)
+    """Worker processes. Unset: from ``cpus`` like ``compute_threads`` (one per CPU with the
+    legacy scheduler), or ``ceil(cpus / compute_threads)`` when that is given."""
     multiplex: bool = True
     """Interleave streams window by window in a worker (off: one whole request at a time)."""
     max_streams_per_worker: int = Field(8, ge=1, le=1024)
@@ -141,6 +155,28 @@ class Settings(BaseSettings):
     """Voice names mapped to served voices (JSON), over the default mapping of OpenAI's voice
     names (alloy, echo, ...) to ``voice``."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _split_cpus(cls, data: Any) -> Any:
+        """Fill in ``workers`` and ``compute_threads`` where unset (absent or None), so both are
+        ints after validation; given values, from flags or the environment, are kept as given.
+        Runs at construction, never at import: it reads the cgroup files."""
+        if not isinstance(data, dict):
+            return data
+        workers, threads = _given(data.get("workers")), _given(data.get("compute_threads"))
+        if workers is not None and threads is not None:
+            return data
+        cpus = _given(data.get("cpus")) or cpu_budget().cpus
+        scheduler: Scheduler = "legacy" if data.get("scheduler") == "legacy" else "deadline"
+        split = complete_split(cpus, scheduler, workers, threads)
+        filled = dict(data)
+        # a given but invalid value stays, for its field's validation error
+        if data.get("workers") is None:
+            filled["workers"] = split[0]
+        if data.get("compute_threads") is None:
+            filled["compute_threads"] = split[1]
+        return filled
+
     @field_validator("api_keys_file", mode="before")
     @classmethod
     def _no_key_file(cls, value: object) -> object:
@@ -175,6 +211,10 @@ class Settings(BaseSettings):
             raise ValueError("worker_silence_timeout_s must exceed balancer_heartbeat_timeout_s")
         return self
 
+    def cpu_budget(self) -> CpuBudget:
+        """The CPUs the split was planned for and where the number came from (for the logs)."""
+        return CpuBudget(self.cpus, "cpus setting") if self.cpus is not None else cpu_budget()
+
     def balancer_settings(self) -> BalancerSettings:
         """The heat-score balancer's constants from these settings."""
         return BalancerSettings(
@@ -194,3 +234,14 @@ class Settings(BaseSettings):
             self.max_window_frames,
             budget_share=self.window_budget_share,
         )
+
+
+def _given(value: object) -> int | None:
+    """A raw ``workers`` / ``compute_threads`` / ``cpus`` input as a usable count, else None."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        count = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+    return count if count >= 1 else None

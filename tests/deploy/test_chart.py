@@ -12,6 +12,7 @@ copies of its names.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -214,9 +215,47 @@ def test_configmap_is_settings_the_service_accepts(
     data = settings_configmap(render(chart, VALUES_SETS[name]))
     fields = {f"TTSVC_{field.upper()}" for field in Settings.model_fields}
     assert set(data) <= fields, set(data) - fields
-    settings = settings_from(data, monkeypatch)
+    settings = settings_from(data | pod_cpus(render(chart, VALUES_SETS[name])), monkeypatch)
     assert str(settings.engines_dir) == data["TTSVC_ENGINES_DIR"]
-    assert settings.workers == int(data["TTSVC_WORKERS"])  # never the node's CPU count
+
+
+def pod_cpus(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """TTSVC_CPUS as the kubelet sets it from the container's downward API reference: its CPU
+    request in whole CPUs, rounded up (none where the chart sets no such reference)."""
+    c = container(objects)
+    refs = {e["name"]: e["valueFrom"]["resourceFieldRef"] for e in c.get("env", [])}
+    if "TTSVC_CPUS" not in refs:
+        return {}
+    assert refs == {"TTSVC_CPUS": {"resource": "requests.cpu", "divisor": "1"}}
+    request = str(c["resources"]["requests"]["cpu"])
+    cores = int(request[:-1]) / 1000 if request.endswith("m") else float(request)
+    return {"TTSVC_CPUS": str(math.ceil(cores))}
+
+
+@pytest.mark.parametrize(
+    ("values", "split"),
+    [
+        ({}, (1, 2)),  # the default request, cpu: "2"
+        ({"resources": {"requests": {"cpu": "500m"}}}, (1, 1)),
+        ({"resources": {"requests": {"cpu": "6"}}}, (2, 3)),
+        ({"resources": {"requests": {"cpu": "16"}}, "settings": {"scheduler": "legacy"}},
+         (16, 1)),
+        ({"resources": {"requests": {"cpu": "8"}}, "settings": {"workers": 4}}, (4, 2)),
+        ({"resources": {"requests": {"cpu": "8"}}, "settings": {"cpus": 3}}, (1, 3)),
+    ],
+)
+def test_pod_plans_workers_and_threads_for_its_cpu_request(
+    chart: helm.Chart, values: dict[str, Any], split: tuple[int, int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pod without a CPU limit has no cgroup quota, and its affinity mask is the node's cores:
+    the chart hands the service its CPU request, so the split never follows the node's size. A
+    ``cpus`` setting replaces the request."""
+    objects = render(chart, values)
+    env = settings_configmap(objects) | pod_cpus(objects)
+    settings = settings_from(env, monkeypatch)
+    assert (settings.workers, settings.compute_threads) == split
+    assert settings.cpu_budget().source == "cpus setting"
 
 
 def test_api_keys_are_a_read_only_secret_directory(

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.gateway.serving import Server
+from ttsvc.pool.cpus import cpu_budget
 from ttsvc.repository.layout import EngineVersion
 
 MAX_AUDIO_S = 20.0
@@ -42,6 +43,17 @@ def listening(port: int) -> set[str]:
 def test_a_bare_serve_listens_on_loopback_only(server: Server) -> None:
     assert listening(server.port) == {"0100007F"}  # 127.0.0.1, little-endian hex
     assert listening(server.metrics_port) == {"0100007F"}
+
+
+def test_start_up_line_says_processes_x_threads_and_where_the_cpus_came_from(
+    server: Server,
+) -> None:
+    (line,) = [json.loads(x) for x in server.log_lines() if '"event": "serving"' in x]
+    budget = cpu_budget()  # the server's cgroup and affinity mask are this test's
+    # --workers 1 and no --compute-threads: the CPUs all go to the one process
+    assert (line["workers"], line["compute_threads"]) == (1, budget.cpus)
+    assert line["split"] == f"1x{budget.cpus}"
+    assert (line["cpus"], line["cpus_from"]) == (budget.cpus, budget.source)
 
 
 def completions(server: Server, status: str) -> list[dict[str, object]]:
