@@ -88,7 +88,9 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--engines-dir", type=Path, default=None)
     p.add_argument("--voice", default=None)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--max-streams-per-worker", type=int, default=None)
+    p.add_argument("--max-streams-per-worker", type=int, default=None,
+                   help="streams a worker process holds, computing or waiting for capacity, "
+                   "before 429 (default: 20 per compute thread)")
     p.add_argument("--queue-timeout", type=float, default=None, dest="queue_timeout_s")
     p.add_argument("--drain-grace", type=float, default=None, dest="drain_grace_s")
     p.add_argument("--idle-timeout", type=float, default=None, dest="idle_timeout_s",

@@ -26,6 +26,9 @@ from ttsvc.pool.cpus import (
 from ttsvc.synthesis import WindowSchedule
 
 DEFAULT_VOICE = "en_US-joe-medium"
+STREAMS_PER_THREAD = 20
+"""Default stream slots per compute thread: about twice the real-time streams one core here
+computes, so a burst waits in a worker's queue for capacity instead of getting 429."""
 
 
 class Settings(BaseSettings):
@@ -84,8 +87,9 @@ class Settings(BaseSettings):
     legacy scheduler), or ``ceil(cpus / compute_threads)`` when that is given."""
     multiplex: bool = True
     """Interleave streams window by window in a worker (off: one whole request at a time)."""
-    max_streams_per_worker: int = Field(8, ge=1, le=1024)
-    """Streams admitted per worker; beyond, 429 with Retry-After."""
+    max_streams_per_worker: int = Field(ge=1, le=1024)
+    """Streams a worker process may hold, computing or waiting for real-time capacity; beyond,
+    429 with Retry-After. Unset: ``STREAMS_PER_THREAD`` per compute thread."""
     queue_timeout_s: float = Field(10.0, gt=0, le=600)
     """A request that gets no first audio within this is failed (503) and cancelled."""
     max_body_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
@@ -159,22 +163,24 @@ class Settings(BaseSettings):
     @classmethod
     def _split_cpus(cls, data: Any) -> Any:
         """Fill in ``workers`` and ``compute_threads`` where unset (absent or None), so both are
-        ints after validation; given values, from flags or the environment, are kept as given.
+        ints after validation, and ``max_streams_per_worker`` from the compute threads; given
+        values, from flags or the environment, are kept as given.
         Runs at construction, never at import: it reads the cgroup files."""
         if not isinstance(data, dict):
             return data
-        workers, threads = _given(data.get("workers")), _given(data.get("compute_threads"))
-        if workers is not None and threads is not None:
-            return data
-        cpus = _given(data.get("cpus")) or cpu_budget().cpus
-        scheduler: Scheduler = "legacy" if data.get("scheduler") == "legacy" else "deadline"
-        split = complete_split(cpus, scheduler, workers, threads)
         filled = dict(data)
-        # a given but invalid value stays, for its field's validation error
-        if data.get("workers") is None:
-            filled["workers"] = split[0]
-        if data.get("compute_threads") is None:
-            filled["compute_threads"] = split[1]
+        workers, threads = _given(data.get("workers")), _given(data.get("compute_threads"))
+        if workers is None or threads is None:
+            cpus = _given(data.get("cpus")) or cpu_budget().cpus
+            scheduler: Scheduler = "legacy" if data.get("scheduler") == "legacy" else "deadline"
+            split = complete_split(cpus, scheduler, workers, threads)
+            # a given but invalid value stays, for its field's validation error
+            if data.get("workers") is None:
+                filled["workers"] = split[0]
+            if data.get("compute_threads") is None:
+                filled["compute_threads"] = threads = split[1]
+        if data.get("max_streams_per_worker") is None:
+            filled["max_streams_per_worker"] = STREAMS_PER_THREAD * (threads or 1)
         return filled
 
     @field_validator("api_keys_file", mode="before")

@@ -234,7 +234,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
                               settings.max_sentence_chars, settings.multiplex, settings.log_level,
                               settings.worker_start_timeout_s,
                               settings.worker_silence_timeout_s,
-                              ComputePlan(settings.compute_threads or 1, settings.scheduler,
+                              ComputePlan(settings.compute_threads, settings.scheduler,
                                           settings.realtime_load))  # fmt: skip
             pool = WorkerPool(spec, settings.workers, balancer, loop, state.metrics)
             state.pool = pool
