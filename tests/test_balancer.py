@@ -572,15 +572,25 @@ def test_capacity_reports_update_and_unknown_again_means_heat_score_alone(
     b = make(clock, 0)
     for _ in range(20):
         score_after(b, clock, 0, 100.0)
-    b.add_worker(1, capacity=1.0)  # room for 0.9: not even one stream
+    b.add_worker(1, capacity=1.0)  # room for 0.9: only the stream its one thread always takes
     assert state(b, 1).capacity == 1.0
-    assert b.pick() == 0
-    b.report(1, qsize=0, capacity=4.0)  # measured faster since: demand unchanged
-    assert (state(b, 1).capacity, state(b, 1).demand) == (4.0, 0.0)
-    assert b.pick() == 1
-    b.report(1, qsize=1, capacity=0.0, demand=1.0)
-    b.report(1, qsize=1, capacity=0.0, demand=9.0)
-    assert b.pick() == 1  # 2/101 < 1/13.2 on worker 0: the heat score alone
+    assert [b.pick(), b.pick()] == [1, 0]
+    b.report(1, qsize=1, capacity=4.0)  # measured faster since: demand unchanged
+    assert (state(b, 1).capacity, state(b, 1).demand) == (4.0, 1.0)
+    assert b.pick() == 1  # 1 + 1 <= 3.6
+    b.report(1, qsize=2, capacity=0.0, demand=9.0)
+    assert b.pick() == 1  # 3/101 < 2/13.2 on worker 0: the heat score alone
+
+
+def test_a_worker_takes_a_stream_per_compute_thread_whatever_its_capacity(
+    clock: FakeClock,
+) -> None:
+    b = make(clock, 0)
+    for _ in range(20):
+        score_after(b, clock, 0, 100.0)
+    b.add_worker(1, capacity=1.5, threads=3)  # measured slow: room for 1.35 audio-s/s
+    assert state(b, 1).threads == 3
+    assert [b.pick() for _ in range(4)] == [1, 1, 1, 0]  # like the worker's own admission
 
 
 def test_re_registration_forgets_demand(clock: FakeClock) -> None:
@@ -604,3 +614,10 @@ def test_capacity_and_demand_reports_refuse_bad_values(
     if name == "capacity":
         with pytest.raises(ValueError, match=name):
             b.add_worker(2, capacity=value)
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True])
+def test_add_worker_refuses_bad_thread_counts(clock: FakeClock, threads: Any) -> None:
+    b = make(clock)
+    with pytest.raises(ValueError, match="threads"):
+        b.add_worker(1, capacity=2.0, threads=threads)

@@ -128,6 +128,8 @@ class WorkerState:
     """Ready and heartbeat younger than ``heartbeat_timeout`` at snapshot time: routable."""
     capacity: float = 0.0
     """Audio seconds per second the worker can compute, as it last reported (0: unknown)."""
+    threads: int = 1
+    """Compute threads the worker runs: it takes that many streams whatever its capacity."""
     demand: float = 0.0
     """Audio seconds per second its streams need: the worker's last report (admitted and
     waiting streams), plus picks and minus releases since."""
@@ -154,6 +156,7 @@ class _Worker:
     qsize: int = 0
     inflight: int = 0
     capacity: float = 0.0
+    threads: int = 1
     demand: float = 0.0
     ready: bool = True
     strikes: int = 0
@@ -185,13 +188,15 @@ class HeatScoreBalancer:
     * :meth:`pick` considers workers that are ready and whose heartbeat is younger than
       ``heartbeat_timeout`` (5 s); ties are broken by the lowest worker id; with none, it raises
       :class:`NoWorkerAvailable` (the gateway answers 503: circuit breaker).
-    * Admission by capacity: a worker that reported its real-time capacity (audio seconds per
-      second, measured by the worker) is *full* when one more stream would take its demand past
-      ``realtime_load`` (0.9) times that capacity. :meth:`pick` chooses among live workers that
-      are not full, and among all live workers only when every one is full (the worker then
-      holds the stream until it has room). A worker whose capacity is unknown (0) is never
-      full, so without capacity reports routing is the heat score alone. Each stream is
-      counted as one audio second per second: a stream plays in real time whatever its speed.
+    * Admission by capacity, the worker's own rule: a worker that reported its real-time
+      capacity (audio seconds per second, measured by the worker) is *full* when one more
+      stream would take its demand past ``realtime_load`` (0.9) times that capacity, unless it
+      has fewer streams than compute threads (those it always takes: a machine measured slow
+      still serves). :meth:`pick` chooses among live workers that are not full, and among all
+      live workers only when every one is full (the worker then holds the stream until it has
+      room). A worker whose capacity is unknown (0) is never full, so without capacity reports
+      routing is the heat score alone. Each stream is counted as one audio second per second:
+      a stream plays in real time whatever its speed.
 
     Fixes over the seed sketch:
 
@@ -237,15 +242,18 @@ class HeatScoreBalancer:
 
     # -- membership ------------------------------------------------------------------------------
 
-    def add_worker(self, worker_id: int, capacity: float = 0.0) -> None:
-        """Register a worker as READY: score 100, empty queue, heartbeat now, and the real-time
-        capacity it measured at start (audio seconds per second; 0: unknown).
+    def add_worker(self, worker_id: int, capacity: float = 0.0, threads: int = 1) -> None:
+        """Register a worker as READY: score 100, empty queue, heartbeat now, the real-time
+        capacity it measured at start (audio seconds per second; 0: unknown) and its compute
+        threads.
 
         Registering an id again (a restarted worker) starts it afresh.
         """
         _require_finite_non_negative("capacity", capacity)
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be an int >= 1, got {threads!r}")
         self._workers[worker_id] = _Worker(
-            id=worker_id, last_heartbeat=self._clock(), capacity=capacity
+            id=worker_id, last_heartbeat=self._clock(), capacity=capacity, threads=threads
         )
 
     def remove_worker(self, worker_id: int) -> bool:
@@ -343,11 +351,14 @@ class HeatScoreBalancer:
         return worker.ready and now - worker.last_heartbeat < self._settings.heartbeat_timeout
 
     def _is_full(self, worker: _Worker) -> bool:
-        """One more stream would take the worker past its share of a known capacity."""
+        """The worker would hold a new stream back: it has a stream per compute thread, and one
+        more would take it past its share of a known capacity."""
         if worker.capacity <= 0.0:
             return False
-        need = max(worker.demand, float(worker.inflight)) + 1.0
-        return need > worker.capacity * self._settings.realtime_load + _RATE_EPSILON
+        need = max(worker.demand, float(worker.inflight))
+        if need < worker.threads:
+            return False
+        return need + 1.0 > worker.capacity * self._settings.realtime_load + _RATE_EPSILON
 
     def pick(self) -> int:
         """Choose a worker for a new stream and count the dispatch on it at once.
@@ -412,6 +423,7 @@ class HeatScoreBalancer:
                 ready=w.ready,
                 live=self._is_live(w, now),
                 capacity=w.capacity,
+                threads=w.threads,
                 demand=w.demand,
             )
             for w in sorted(self._workers.values(), key=lambda w: w.id)

@@ -89,7 +89,7 @@ def test_reports_set_capacity_gauges_and_routing(pool: Pool) -> None:
     first = pool.handle(0)
     pool.pool._on_message(first, WorkerReady(0, "voice", LABEL, 22050, capacity=3.0, threads=2))
     (state,) = pool.balancer.snapshot()
-    assert (state.capacity, state.demand) == (3.0, 0.0)
+    assert (state.capacity, state.threads, state.demand) == (3.0, 2, 0.0)
     assert (pool.value(CAPACITY, 0), pool.value(DEMAND, 0), pool.value(WAITING, 0)) == (3, 0, 0)
 
     pool.pool._on_message(first, Heartbeat(0, 3, capacity=2.5, demand=2.0, waiting=1))

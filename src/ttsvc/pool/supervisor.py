@@ -283,7 +283,7 @@ class WorkerPool:
             handle.ready = msg
             self._failures[handle.id] = 0
             capacity = _rate(msg.capacity)
-            self.balancer.add_worker(handle.id, capacity=capacity)
+            self.balancer.add_worker(handle.id, capacity=capacity, threads=max(1, msg.threads))
             self.balancer.heartbeat(handle.id)
             if self.metrics is not None:
                 self.metrics.set_capacity(handle.id, capacity, 0.0, 0)
