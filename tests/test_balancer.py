@@ -14,6 +14,7 @@ from ttsvc.balancer import (
     NoWorkerAvailable,
     WorkerState,
 )
+from ttsvc.config import Settings
 
 
 class FakeClock:
@@ -68,6 +69,7 @@ def test_default_settings_are_the_documented_constants() -> None:
         0.9,
         50.0,
     )
+    assert s.realtime_load == 0.9
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.decay = 0.5  # type: ignore[misc]
 
@@ -89,6 +91,9 @@ def test_default_settings_are_the_documented_constants() -> None:
         ("decay", 1.0),
         ("decay", 1.5),
         ("decay", float("nan")),
+        ("realtime_load", 0.0),
+        ("realtime_load", -0.5),
+        ("realtime_load", float("inf")),
     ],
 )
 def test_settings_validation_refuses(name: str, value: float) -> None:
@@ -323,6 +328,7 @@ def test_unknown_worker_calls_are_ignored(clock: FakeClock) -> None:
     assert b.release(1) is False  # late release after the worker died
     assert b.heartbeat(1) is False
     assert b.report(1, qsize=2) is False
+    assert b.report(1, qsize=2, capacity=3.0, demand=1.0) is False
     assert b.observe(1, ttfa_ms=10.0) is False
     assert b.set_ready(1, ready=False) is False
     assert b.snapshot() == []
@@ -467,3 +473,151 @@ def test_pool_score_is_mean_of_live_workers(clock: FakeClock) -> None:
     b.heartbeat(2)
     assert b.pool_score() == pytest.approx(95.0)  # worker 3 timed out
     assert b.live_workers() == [1, 2]
+
+
+def test_the_service_settings_pass_their_realtime_load() -> None:
+    assert Settings(realtime_load=0.7).balancer_settings().realtime_load == 0.7
+
+
+# -- admission by real-time capacity -----------------------------------------------------------
+
+
+def test_pick_prefers_a_worker_with_capacity_to_spare_over_the_heat_score(clock: FakeClock) -> None:
+    b = make(clock)
+    b.add_worker(1, capacity=2.0)  # room for 1.8 audio-s/s at realtime_load 0.9
+    b.add_worker(2, capacity=8.0)  # room for 7.2
+    b.report(1, qsize=1, capacity=2.0, demand=1.0)
+    b.report(2, qsize=3, capacity=8.0, demand=3.0)
+    # heat score alone: 2/101 on worker 1 < 4/101 on worker 2; but 1 + 1 > 1.8 on worker 1
+    assert b.pick() == 2
+    assert (state(b, 2).demand, state(b, 2).need) == (4.0, 4.0)
+    without_capacity = make(clock, 1, 2)
+    without_capacity.report(1, qsize=1)
+    without_capacity.report(2, qsize=3)
+    assert without_capacity.pick() == 1
+
+
+def test_when_every_worker_is_full_the_heat_score_decides(clock: FakeClock) -> None:
+    b = make(clock)
+    for wid in (1, 2):
+        b.add_worker(wid, capacity=2.0)
+    b.report(1, qsize=2, capacity=2.0, demand=2.0)
+    b.report(2, qsize=4, capacity=2.0, demand=4.0)
+    assert b.pick() == 1  # 3/101 < 5/101: the worker then holds the stream until it has room
+    assert b.pick() == 1  # 4/101 < 5/101
+
+
+def test_unknown_capacity_routes_exactly_by_the_heat_score(clock: FakeClock) -> None:
+    def script(b: HeatScoreBalancer, reports: dict[str, float]) -> list[int]:
+        picks = []
+        for _ in range(5):  # worker 0 scores 59
+            score_after(b, clock, 0, 100.0)
+        b.report(1, qsize=5, **reports)
+        for i in range(12):
+            picks.append(b.pick())
+            if i % 3 == 2:
+                b.release(picks[-1])
+        return picks
+
+    plain = script(make(clock, 0, 1, 2), {})
+    unknown = script(make(clock, 0, 1, 2), {"capacity": 0.0, "demand": 50.0})
+    assert unknown == plain
+    assert set(plain) == {0, 1, 2}  # the script exercises every worker
+
+
+def test_a_worker_of_unknown_capacity_is_never_full(clock: FakeClock) -> None:
+    b = make(clock)
+    b.add_worker(1, capacity=2.0)
+    b.add_worker(2)  # capacity unknown
+    b.report(1, qsize=1, capacity=2.0, demand=1.0)  # full
+    b.report(2, qsize=6, demand=6.0)
+    assert b.pick() == 2
+
+
+def test_picks_and_releases_count_demand_between_reports(clock: FakeClock) -> None:
+    b = make(clock, 0)
+    for _ in range(20):  # worker 0 is a poor second on the heat score, with capacity unknown
+        score_after(b, clock, 0, 100.0)
+    b.add_worker(1, capacity=2.5)  # room for 2.25 audio-s/s
+    assert [b.pick(), b.pick()] == [1, 1]  # demand 0 -> 1 -> 2
+    assert b.pick() == 0  # 2 + 1 > 2.25
+    b.release(1)
+    assert state(b, 1).demand == 1.0
+    assert b.pick() == 1
+    # a report that has not seen the dispatches yet cannot hide them: routing counts inflight
+    b.report(1, qsize=0, capacity=2.5, demand=0.0)
+    assert (state(b, 1).demand, state(b, 1).need) == (0.0, 2.0)
+    assert b.pick() == 0
+    # a report of more demand than the gateway knows of counts too
+    for _ in range(2):
+        b.release(1)
+    b.report(1, qsize=2, capacity=2.5, demand=2.0)
+    assert state(b, 1).need == 2.0
+    assert b.pick() == 0
+
+
+def test_exactly_at_the_share_of_capacity_is_not_full(clock: FakeClock) -> None:
+    b = make(clock, 0, realtime_load=0.5)
+    for _ in range(20):
+        score_after(b, clock, 0, 100.0)
+    b.add_worker(1, capacity=4.0)  # room for 2.0 audio-s/s
+    b.report(1, qsize=1, capacity=4.0, demand=1.0)
+    assert b.pick() == 1  # 1 + 1 == 2.0
+    assert b.pick() == 0  # 2 + 1 > 2.0
+
+
+def test_capacity_reports_update_and_unknown_again_means_heat_score_alone(
+    clock: FakeClock,
+) -> None:
+    b = make(clock, 0)
+    for _ in range(20):
+        score_after(b, clock, 0, 100.0)
+    b.add_worker(1, capacity=1.0)  # room for 0.9: only the stream its one thread always takes
+    assert state(b, 1).capacity == 1.0
+    assert [b.pick(), b.pick()] == [1, 0]
+    b.report(1, qsize=1, capacity=4.0)  # measured faster since: demand unchanged
+    assert (state(b, 1).capacity, state(b, 1).demand) == (4.0, 1.0)
+    assert b.pick() == 1  # 1 + 1 <= 3.6
+    b.report(1, qsize=2, capacity=0.0, demand=9.0)
+    assert b.pick() == 1  # 3/101 < 2/13.2 on worker 0: the heat score alone
+
+
+def test_a_worker_takes_a_stream_per_compute_thread_whatever_its_capacity(
+    clock: FakeClock,
+) -> None:
+    b = make(clock, 0)
+    for _ in range(20):
+        score_after(b, clock, 0, 100.0)
+    b.add_worker(1, capacity=1.5, threads=3)  # measured slow: room for 1.35 audio-s/s
+    assert state(b, 1).threads == 3
+    assert [b.pick() for _ in range(4)] == [1, 1, 1, 0]  # like the worker's own admission
+
+
+def test_re_registration_forgets_demand(clock: FakeClock) -> None:
+    b = make(clock)
+    b.add_worker(1, capacity=3.0)
+    b.report(1, qsize=2, capacity=3.0, demand=2.0)
+    b.add_worker(1, capacity=5.0)
+    assert (state(b, 1).capacity, state(b, 1).demand) == (5.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("capacity", -1.0), ("capacity", float("nan")), ("demand", -0.5), ("demand", float("inf"))],
+)
+def test_capacity_and_demand_reports_refuse_bad_values(
+    clock: FakeClock, name: str, value: float
+) -> None:
+    b = make(clock, 1)
+    with pytest.raises(ValueError, match=name):
+        b.report(1, qsize=0, **{name: value})
+    if name == "capacity":
+        with pytest.raises(ValueError, match=name):
+            b.add_worker(2, capacity=value)
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True])
+def test_add_worker_refuses_bad_thread_counts(clock: FakeClock, threads: Any) -> None:
+    b = make(clock)
+    with pytest.raises(ValueError, match="threads"):
+        b.add_worker(1, capacity=2.0, threads=threads)

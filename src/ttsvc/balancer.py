@@ -35,6 +35,9 @@ _SEED_REFERENCE_MS = 50.0
 _CLOCK_EPSILON = 1e-9
 """Tolerance on interval comparisons, so 0.1 s + 0.1 s of float clock counts as 0.2 s."""
 
+_RATE_EPSILON = 1e-9
+"""Tolerance on demand against capacity, so a worker exactly at its share is not full."""
+
 
 class NoWorkerAvailable(TTSError):
     """No registered worker is ready with a fresh heartbeat: the gateway answers 503.
@@ -62,6 +65,11 @@ def _require_finite_positive(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
 
+def _require_finite_non_negative(name: str, value: float) -> None:
+    if isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
 @dataclass(frozen=True)
 class BalancerSettings:
     """Tuning constants of :class:`HeatScoreBalancer`; validated on construction."""
@@ -79,12 +87,16 @@ class BalancerSettings:
     reference_ttfa_ms: float = 50.0
     """Time-to-first-audio expected of a healthy worker on this deployment (CPU or GPU); it is
     scored like a 50 ms latency in the seed formula (bonus 50)."""
+    realtime_load: float = 0.9
+    """Share of a worker's real-time capacity that its streams may demand before it is full:
+    a full worker gets a new stream only when every live worker is full."""
 
     def __post_init__(self) -> None:
         _require_finite_positive("refresh_interval", self.refresh_interval)
         _require_finite_positive("heartbeat_timeout", self.heartbeat_timeout)
         _require_finite_positive("slow_latency_ms", self.slow_latency_ms)
         _require_finite_positive("reference_ttfa_ms", self.reference_ttfa_ms)
+        _require_finite_positive("realtime_load", self.realtime_load)
         if (
             isinstance(self.slow_strikes, bool)
             or not isinstance(self.slow_strikes, int)
@@ -114,11 +126,24 @@ class WorkerState:
     """Whether the worker accepts new streams (False while draining)."""
     live: bool
     """Ready and heartbeat younger than ``heartbeat_timeout`` at snapshot time: routable."""
+    capacity: float = 0.0
+    """Audio seconds per second the worker can compute, as it last reported (0: unknown)."""
+    threads: int = 1
+    """Compute threads the worker runs: it takes that many streams whatever its capacity."""
+    demand: float = 0.0
+    """Audio seconds per second its streams need: the worker's last report (admitted and
+    waiting streams), plus picks and minus releases since."""
 
     @property
     def load(self) -> int:
         """The queue size routing uses: ``max(qsize, inflight)``."""
         return max(self.qsize, self.inflight)
+
+    @property
+    def need(self) -> float:
+        """The demand routing uses: ``max(demand, inflight)``, one audio second per second for
+        each stream the gateway dispatched and has not released."""
+        return max(self.demand, float(self.inflight))
 
 
 @dataclass(slots=True)
@@ -130,6 +155,9 @@ class _Worker:
     score: float = MAX_SCORE
     qsize: int = 0
     inflight: int = 0
+    capacity: float = 0.0
+    threads: int = 1
+    demand: float = 0.0
     ready: bool = True
     strikes: int = 0
     pending: list[float] = field(default_factory=list)
@@ -137,7 +165,8 @@ class _Worker:
 
 
 class HeatScoreBalancer:
-    """Routes each new stream to the worker with the smallest ``(load + 1) / (score + 1)``.
+    """Routes each new stream to a worker with real-time capacity to spare, and among those to
+    the one with the smallest ``(load + 1) / (score + 1)``.
 
     Lives in the gateway process and is owned by its asyncio event loop: every call is a short,
     synchronous bookkeeping step. It is not thread-safe by design, since a single loop owns it; do
@@ -159,6 +188,15 @@ class HeatScoreBalancer:
     * :meth:`pick` considers workers that are ready and whose heartbeat is younger than
       ``heartbeat_timeout`` (5 s); ties are broken by the lowest worker id; with none, it raises
       :class:`NoWorkerAvailable` (the gateway answers 503: circuit breaker).
+    * Admission by capacity, the worker's own rule: a worker that reported its real-time
+      capacity (audio seconds per second, measured by the worker) is *full* when one more
+      stream would take its demand past ``realtime_load`` (0.9) times that capacity, unless it
+      has fewer streams than compute threads (those it always takes: a machine measured slow
+      still serves). :meth:`pick` chooses among live workers that are not full, and among all
+      live workers only when every one is full (the worker then holds the stream until it has
+      room). A worker whose capacity is unknown (0) is never full, so without capacity reports
+      routing is the heat score alone. Each stream is counted as one audio second per second:
+      a stream plays in real time whatever its speed.
 
     Fixes over the seed sketch:
 
@@ -181,7 +219,9 @@ class HeatScoreBalancer:
        not keep counting streams that have ended since). ``inflight`` is the gateway's own count,
        which no report touches, and routing uses ``load = max(qsize, inflight)``: a report can
        raise the load (work the gateway does not know about) but cannot hide dispatches the
-       worker had not seen yet when it reported.
+       worker had not seen yet when it reported. Demand is kept the same way: the reported
+       demand, plus one per pick and minus one per release since, and never less than
+       ``inflight``.
 
     Calls about an id that is not registered (a late report or release from a worker already
     removed) are ignored and return False, because on a live system they are a normal race, not a
@@ -202,12 +242,19 @@ class HeatScoreBalancer:
 
     # -- membership ------------------------------------------------------------------------------
 
-    def add_worker(self, worker_id: int) -> None:
-        """Register a worker as READY: score 100, empty queue, heartbeat now.
+    def add_worker(self, worker_id: int, capacity: float = 0.0, threads: int = 1) -> None:
+        """Register a worker as READY: score 100, empty queue, heartbeat now, the real-time
+        capacity it measured at start (audio seconds per second; 0: unknown) and its compute
+        threads.
 
         Registering an id again (a restarted worker) starts it afresh.
         """
-        self._workers[worker_id] = _Worker(id=worker_id, last_heartbeat=self._clock())
+        _require_finite_non_negative("capacity", capacity)
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be an int >= 1, got {threads!r}")
+        self._workers[worker_id] = _Worker(
+            id=worker_id, last_heartbeat=self._clock(), capacity=capacity, threads=threads
+        )
 
     def remove_worker(self, worker_id: int) -> bool:
         """Forget a dead worker; returns whether it was registered."""
@@ -231,14 +278,30 @@ class HeatScoreBalancer:
         worker.last_heartbeat = self._clock()
         return True
 
-    def report(self, worker_id: int, qsize: int) -> bool:
-        """Record the worker's own count of streams in flight and queued."""
+    def report(
+        self,
+        worker_id: int,
+        qsize: int,
+        capacity: float | None = None,
+        demand: float | None = None,
+    ) -> bool:
+        """Record the worker's own count of streams in flight and queued, and, when given, its
+        real-time capacity (0: unknown) and the demand of its streams (audio seconds per
+        second, counting those it holds back for want of capacity, one each)."""
         if qsize < 0:
             raise ValueError(f"qsize must be >= 0, got {qsize}")
+        if capacity is not None:
+            _require_finite_non_negative("capacity", capacity)
+        if demand is not None:
+            _require_finite_non_negative("demand", demand)
         worker = self._workers.get(worker_id)
         if worker is None:
             return False
         worker.qsize = qsize
+        if capacity is not None:
+            worker.capacity = capacity
+        if demand is not None:
+            worker.demand = demand
         return True
 
     def observe(self, worker_id: int, ttfa_ms: float) -> bool:
@@ -287,6 +350,16 @@ class HeatScoreBalancer:
     def _is_live(self, worker: _Worker, now: float) -> bool:
         return worker.ready and now - worker.last_heartbeat < self._settings.heartbeat_timeout
 
+    def _is_full(self, worker: _Worker) -> bool:
+        """The worker would hold a new stream back: it has a stream per compute thread, and one
+        more would take it past its share of a known capacity."""
+        if worker.capacity <= 0.0:
+            return False
+        need = max(worker.demand, float(worker.inflight))
+        if need < worker.threads:
+            return False
+        return need + 1.0 > worker.capacity * self._settings.realtime_load + _RATE_EPSILON
+
     def pick(self) -> int:
         """Choose a worker for a new stream and count the dispatch on it at once.
 
@@ -299,30 +372,33 @@ class HeatScoreBalancer:
         self.refresh()
         now = self._clock()
         best: _Worker | None = None
-        best_key = (math.inf, 0)
+        best_key = (True, math.inf, 0)
         for worker in self._workers.values():
             if not self._is_live(worker, now):
                 continue
             load = max(worker.qsize, worker.inflight)
-            key = ((load + 1) / (worker.score + 1), worker.id)
+            key = (self._is_full(worker), (load + 1) / (worker.score + 1), worker.id)
             if best is None or key < best_key:
                 best, best_key = worker, key
         if best is None:
             raise NoWorkerAvailable(registered=len(self._workers), live=0)
         best.inflight += 1
         best.qsize += 1
+        best.demand += 1.0
         return best.id
 
     def release(self, worker_id: int) -> bool:
-        """A stream dispatched by :meth:`pick` ended: decrement ``inflight`` and ``qsize``.
+        """A stream dispatched by :meth:`pick` ended: decrement ``inflight`` and ``qsize``, and
+        its one audio second per second of ``demand``.
 
-        Neither goes below 0.
+        None goes below 0.
         """
         worker = self._workers.get(worker_id)
         if worker is None:
             return False
         worker.inflight = max(0, worker.inflight - 1)
         worker.qsize = max(0, worker.qsize - 1)
+        worker.demand = max(0.0, worker.demand - 1.0)
         return True
 
     # -- views -----------------------------------------------------------------------------------
@@ -346,6 +422,9 @@ class HeatScoreBalancer:
                 last_heartbeat=w.last_heartbeat,
                 ready=w.ready,
                 live=self._is_live(w, now),
+                capacity=w.capacity,
+                threads=w.threads,
+                demand=w.demand,
             )
             for w in sorted(self._workers.values(), key=lambda w: w.id)
         ]

@@ -230,6 +230,7 @@ class Settings(BaseSettings):
             slow_strikes=self.balancer_slow_strikes,
             decay=self.balancer_decay,
             reference_ttfa_ms=self.balancer_reference_ttfa_ms,
+            realtime_load=self.realtime_load,
         )
 
     def schedule(self) -> WindowSchedule:

@@ -120,6 +120,17 @@ def test_queue_gauges_return_to_zero(run: Run) -> None:
     assert all(value == 0 for _, _, value in gauges), gauges
 
 
+def test_capacity_demand_and_deadline_series(run: Run) -> None:
+    # the worker respawned after the kill measured its capacity before it said READY
+    assert _value(run, "ttsvc_worker_capacity_audio_seconds_per_second", worker="0") > 0
+    for name in ("ttsvc_worker_demand_audio_seconds_per_second",
+                 "ttsvc_worker_admission_waiting_streams"):  # fmt: skip
+        assert run.samples[(name, (("worker", "0"),))] >= 0
+    # service-wide, since the first scrape: a respawn adds to them, never restarts them
+    assert run.samples[("ttsvc_deadline_misses_total", ())] >= 0
+    assert run.samples[("ttsvc_deadline_late_seconds_total", ())] >= 0
+
+
 def test_every_log_line_is_json_and_each_request_has_one_full_completion_line(run: Run) -> None:
     events = [json.loads(line) for line in run.log_lines if line.strip()]
     assert all(isinstance(e, dict) and "event" in e and "timestamp" in e for e in events)

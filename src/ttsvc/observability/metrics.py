@@ -59,6 +59,13 @@ class ServiceMetrics:
         self.underruns = Counter("ttsvc_underruns",
                                  "Chunks that arrived after the audio before them would have "
                                  "finished playing in real time", registry=r)  # fmt: skip
+        self.deadline_misses = Counter("ttsvc_deadline_misses",
+                                       "Chunks a worker sent after their stream's playback "
+                                       "deadline (server-side underruns)",
+                                       registry=r)  # fmt: skip
+        self.deadline_late_seconds = Counter("ttsvc_deadline_late_seconds",
+                                             "Seconds those chunks were late, summed",
+                                             registry=r)  # fmt: skip
         self.worker_restarts = Counter("ttsvc_worker_restarts", "Worker processes respawned",
                                        registry=r)  # fmt: skip
         self.engine_reloads = Counter("ttsvc_engine_reloads", "Engine swap candidates by result",
@@ -74,6 +81,15 @@ class ServiceMetrics:
                                     ["worker"], registry=r)  # fmt: skip
         self.worker_score = Gauge("ttsvc_worker_heat_score", "Heat score of a worker (0-100)",
                                   ["worker"], registry=r)  # fmt: skip
+        self.worker_capacity = Gauge("ttsvc_worker_capacity_audio_seconds_per_second",
+                                     "Audio seconds per second a worker can compute (0: unknown)",
+                                     ["worker"], registry=r)  # fmt: skip
+        self.worker_demand = Gauge("ttsvc_worker_demand_audio_seconds_per_second",
+                                   "Audio seconds per second the streams a worker computes need",
+                                   ["worker"], registry=r)  # fmt: skip
+        self.admission_waiting = Gauge("ttsvc_worker_admission_waiting_streams",
+                                       "Streams a worker holds back until it has the capacity",
+                                       ["worker"], registry=r)  # fmt: skip
         self.engine_info = Gauge("ttsvc_engine_info", "The engine set serving (value 1)",
                                  ["voice", "version", "backend", "precision"],
                                  registry=r)  # fmt: skip
@@ -103,3 +119,18 @@ class ServiceMetrics:
         self.streams_queued.labels(w).set(queued)
         if score is not None:
             self.worker_score.labels(w).set(score)
+
+    def set_capacity(self, worker: int, capacity: float, demand: float, waiting: int) -> None:
+        """A worker's real-time capacity, its streams' demand and the streams it holds back;
+        all zero once the worker is gone, like its queue gauges."""
+        w = str(worker)
+        self.worker_capacity.labels(w).set(capacity)
+        self.worker_demand.labels(w).set(demand)
+        self.admission_waiting.labels(w).set(waiting)
+
+    def count_deadlines(self, misses: int, late_s: float) -> None:
+        """Add deadline misses and their seconds late, as increments since the last report."""
+        if misses > 0:
+            self.deadline_misses.inc(misses)
+        if late_s > 0:
+            self.deadline_late_seconds.inc(late_s)

@@ -9,11 +9,12 @@ after it says READY.
 from __future__ import annotations
 
 import asyncio
+import math
 import multiprocessing as mp
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
@@ -67,6 +68,37 @@ class WorkerSpec:
     """Scheduler, compute threads and admission limit of each worker."""
 
 
+def _rate(value: float) -> float:
+    """A worker's capacity or demand as routing may use it: a figure that is not a finite
+    number >= 0 (a measurement gone wrong) counts as unknown, so it neither takes a worker out
+    of routing nor raises on the event loop."""
+    return value if math.isfinite(value) and value > 0.0 else 0.0
+
+
+@dataclass
+class DeadlineTally:
+    """Turns one worker process's cumulative deadline reports into counter increments.
+
+    A worker reports its misses and seconds late summed since it started (one figure that any
+    cadence of reports can read), while Prometheus counters take increments. The tally keeps the
+    last report and hands out the difference; a value below the last one can only come from a
+    process that started again from 0, so it counts whole.
+    """
+
+    misses: int = 0
+    late_s: float = 0.0
+
+    def advance(self, misses: int, late_s: float) -> tuple[int, float]:
+        """The misses and seconds late added since the last report; ``(misses, late_s)`` is
+        the new last report."""
+        if misses < self.misses or late_s < self.late_s:
+            added = misses, late_s
+        else:
+            added = misses - self.misses, late_s - self.late_s
+        self.misses, self.late_s = misses, late_s
+        return added
+
+
 @dataclass
 class _WorkerHandle:
     """The gateway's view of one worker process."""
@@ -84,6 +116,8 @@ class _WorkerHandle:
     """Messages for the worker, sent in order by its own sender thread (``None`` stops it)."""
     killed_for: str | None = None
     """Why the pool killed it (``stalled``), so its streams fail with that reason."""
+    deadlines: DeadlineTally = field(default_factory=DeadlineTally)
+    """This process's deadline misses as last reported (a respawn gets a new handle)."""
 
 
 class WorkerPool:
@@ -250,12 +284,23 @@ class WorkerPool:
                 return
             handle.ready = msg
             self._failures[handle.id] = 0
-            self.balancer.add_worker(handle.id)
+            capacity = _rate(msg.capacity)
+            self.balancer.add_worker(handle.id, capacity=capacity, threads=max(1, msg.threads))
             self.balancer.heartbeat(handle.id)
-            log.info("worker_ready", worker=handle.id, engine_version=msg.engine_version)
+            if self.metrics is not None:
+                self.metrics.set_capacity(handle.id, capacity, 0.0, 0)
+            log.info("worker_ready", worker=handle.id, engine_version=msg.engine_version,
+                     capacity=round(msg.capacity, 2), threads=msg.threads)  # fmt: skip
         elif isinstance(msg, Heartbeat):
             self.balancer.heartbeat(handle.id)
-            self.balancer.report(handle.id, msg.qsize)
+            capacity, demand = _rate(msg.capacity), _rate(msg.demand)
+            # streams held back for capacity will need it too: the worker is full for routing
+            self.balancer.report(handle.id, msg.qsize, capacity=capacity,
+                                 demand=demand + msg.waiting)  # fmt: skip
+            misses, late_s = handle.deadlines.advance(msg.misses, msg.late_s)
+            if self.metrics is not None:
+                self.metrics.set_capacity(handle.id, capacity, demand, msg.waiting)
+                self.metrics.count_deadlines(misses, late_s)
             self._gauges(handle)
         elif isinstance(msg, EnginesSwapped):
             pending = self._swaps.get(handle.id)
@@ -287,6 +332,8 @@ class WorkerPool:
         handle.streams.clear()
         handle.waiting.clear()
         self._gauges(handle)
+        if self.metrics is not None:
+            self.metrics.set_capacity(handle.id, 0.0, 0.0, 0)
         pending = self._swaps.pop(handle.id, None)
         if pending is not None and not pending[1].done():
             pending[1].set_result(EnginesSwapped(-1, "", False, f"worker exited ({code})"))
@@ -363,8 +410,7 @@ class WorkerPool:
         finally:
             self._swaps.pop(wid, None)
         if reply.ok and handle.ready is not None:
-            handle.ready = WorkerReady(wid, handle.ready.voice, engine.label,
-                                       handle.ready.sample_rate)  # fmt: skip
+            handle.ready = replace(handle.ready, engine_version=engine.label)
             log.info("worker_swapped", worker=wid, engine_version=engine.label)
         return reply
 
