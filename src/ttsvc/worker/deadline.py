@@ -309,6 +309,9 @@ class DeadlineScheduler:
                 return  # the gateway went away: the main thread ends the process
             finally:
                 stream.step_started = None
+                # an idle thread must not keep its last stream, and through it that stream's
+                # engines, alive: after a swap they would stay resident until its next step
+                del stream
 
     def stalled_for(self) -> float:
         """How long the oldest step still running has run (0 when none): a step hung in native

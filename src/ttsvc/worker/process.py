@@ -139,6 +139,11 @@ def run_worker(
     _serve(worker_id, scheduler, conn, send, heap, threads, schedule, max_sentence_chars)
 
 
+def _costs(synth: Synthesizer) -> tuple[float, float, float]:
+    """The measured costs a candidate engine set takes over from the serving one."""
+    return synth.frame_cost_s, synth.flow_cost_s, synth.acoustic_cost_s
+
+
 def _heartbeat(worker_id: int, scheduler: StreamScheduler | DeadlineScheduler) -> Heartbeat:
     if not isinstance(scheduler, DeadlineScheduler):
         return Heartbeat(worker_id, len(scheduler.streams))
@@ -225,8 +230,7 @@ def _serve(
                         send(done)
                 elif isinstance(msg, SwapEngines):
                     newest_swap = msg.seq
-                    serving = scheduler.synth
-                    cost = (serving.frame_cost_s, serving.flow_cost_s, serving.acoustic_cost_s)
+                    cost = _costs(scheduler.synth)  # no local: it would pin the old engines
                     threading.Thread(target=stage, args=(msg, cost), daemon=True).start()
                 elif isinstance(msg, Shutdown):
                     return

@@ -1,0 +1,303 @@
+"""The deadline scheduler's policy on a fake clock (order, step bound, admission, no starvation)
+and its threads on the real engines (exact audio, cancellation, failures stay per stream)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from ttsvc.backends.base import EngineSet
+from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
+from ttsvc.synthesis import FrameCall, SynthesisParams, Synthesizer
+from ttsvc.worker.deadline import (
+    BUDGET_SHARE,
+    GUARD_S,
+    STEP_FLOOR_S,
+    Capacity,
+    DeadlineScheduler,
+    _Live,
+)
+
+TEXT = "Your order has shipped. It will arrive on Thursday between nine and noon."
+
+
+class FakeClock:
+    """Monotonic seconds that move only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def job(uid: str, text: str = TEXT, key: str | None = None) -> SynthesisJob:
+    return SynthesisJob(uid, text, 1.0, 0.0, 0.0, 0.2, key=key)
+
+
+@pytest.fixture(scope="module")
+def synth(engine_set: EngineSet) -> Synthesizer:
+    """A synthesizer that measured its engine costs, as a worker's does."""
+    s = Synthesizer(engine_set)
+    s.calibrate()
+    return s
+
+
+def scheduler(synth: Synthesizer, clock: FakeClock, threads: int = 2,
+              per_thread: float = 10.0, load_limit: float = 0.9) -> DeadlineScheduler:  # fmt: skip
+    return DeadlineScheduler(synth, threads, load_limit, per_thread, clock=clock,
+                             first_chunk_s=0.05)  # fmt: skip
+
+
+def playing(sched: DeadlineScheduler, uid: str, buffered_s: float, started_ago: float = 1.0,
+            pending: FrameCall | None = None) -> _Live:  # fmt: skip
+    """Make ``uid`` a stream that has sent audio which runs out ``buffered_s`` from now."""
+    stream = sched.streams[uid]
+    rate = stream.synth.sample_rate
+    stream.first_sent_at = sched.clock() - started_ago
+    stream.samples_sent = round((started_ago + buffered_s) * rate)
+    stream.pending = pending or FrameCall("vocoder", np.zeros((1, 192, 40), np.float32))
+    return stream
+
+
+def test_fresh_streams_go_before_playing_streams_with_audio_to_spare(synth: Synthesizer) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock)
+    sched.add(job("playing"))
+    playing(sched, "playing", buffered_s=1.0)
+    clock.now += 0.01
+    sched.add(job("fresh"))
+    assert sched.pick() is sched.streams["fresh"]
+
+
+def test_a_playing_stream_about_to_run_dry_goes_before_fresh_ones(synth: Synthesizer) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock)
+    sched.add(job("fresh"))
+    sched.add(job("playing"))
+    stream = playing(sched, "playing", buffered_s=GUARD_S / 2)
+    assert sched.pick() is stream
+
+
+def test_playing_streams_go_least_laxity_first(synth: Synthesizer) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock)
+    for uid in ("a", "b", "c"):
+        sched.add(job(uid))
+    playing(sched, "a", buffered_s=2.0)
+    playing(sched, "b", buffered_s=1.0)
+    # c has more audio buffered than b, but a flow chunk (and then a window) to run first
+    flow = FrameCall("flow", np.zeros((1, 192, 2000), np.float32))
+    playing(sched, "c", buffered_s=1.05, pending=flow)
+    assert sched.cost_to_chunk(sched.streams["c"]) > 0.05 + sched.cost_to_chunk(sched.streams["b"])
+    assert sched.pick() is sched.streams["c"]
+    sched.streams["c"].running = True  # taken by a thread: the next one goes elsewhere
+    assert sched.pick() is sched.streams["b"]
+
+
+def test_fresh_streams_finish_first_chunks_in_arrival_order(synth: Synthesizer) -> None:
+    """A burst shares one first-audio target: each finishes its first chunk before the next
+    starts, instead of every acoustic run going before any first window."""
+    clock = FakeClock()
+    sched = scheduler(synth, clock)
+    sched.add(job("first"))
+    clock.now += 0.001
+    sched.add(job("second"))
+    first = sched.streams["first"]
+    first.steps = iter(())  # type: ignore[assignment]  # started: its acoustic run is done
+    first.pending = FrameCall("flow", np.zeros((1, 192, 60), np.float32))
+    assert sched.pick() is first
+
+
+def test_no_bound_while_every_stream_has_a_thread(synth: Synthesizer) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock, threads=2)
+    sched.add(job("a"))
+    sched.add(job("b"))
+    playing(sched, "b", buffered_s=0.2)
+    assert sched.budget(sched.streams["a"]) is None
+
+
+def test_steps_are_bounded_by_the_others_slack_with_a_floor(synth: Synthesizer) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock, threads=1, per_thread=2.0, load_limit=1.0)
+    for uid in ("a", "b", "c"):
+        sched.add(job(uid))
+    assert sched.waiting() == 1  # 2 audio-s/s of capacity: two streams, the third waits
+    playing(sched, "a", buffered_s=3.0)
+    playing(sched, "b", buffered_s=0.4)
+    assert sched.budget(sched.streams["a"]) == pytest.approx(BUDGET_SHARE * 0.4)
+    playing(sched, "b", buffered_s=0.01)
+    assert sched.budget(sched.streams["a"]) == STEP_FLOOR_S
+    playing(sched, "b", buffered_s=-0.5)  # already dry: past helping, no reason to shrink
+    assert sched.budget(sched.streams["a"]) is None
+
+
+def test_with_room_for_a_newcomer_steps_leave_time_for_its_first_audio(
+    synth: Synthesizer,
+) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock, threads=1, per_thread=100.0)
+    sched.add(job("a"))
+    sched.add(job("b"))
+    playing(sched, "a", buffered_s=5.0)
+    playing(sched, "b", buffered_s=5.0)
+    assert sched.budget(sched.streams["a"]) == sched.first_audio_s
+
+
+def test_admission_by_real_time_capacity(synth: Synthesizer) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock, threads=2, per_thread=2.0, load_limit=0.9)
+    assert sched.capacity.value == pytest.approx(4.0)
+    for uid in "abcde":
+        sched.add(job(uid))
+    # 0.9 x 4 = 3.6 audio-s/s: three streams of one audio-s/s each, the rest wait
+    assert [s.admitted for s in sched.streams.values()] == [True, True, True, False, False]
+    assert sched.demand() == 3.0 and sched.waiting() == 2
+    picked = sched.pick()
+    assert picked is not None and picked.job.uid in "abc"
+    with sched.lock:
+        sched._remove(sched.streams["b"])
+    assert sched.streams["d"].admitted and not sched.streams["e"].admitted
+
+
+def test_threads_are_always_filled_whatever_the_capacity(synth: Synthesizer) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock, threads=2, per_thread=0.1)
+    sched.add(job("a"))
+    sched.add(job("b"))
+    sched.add(job("c"))
+    assert sched.demand() == 2.0 and sched.waiting() == 1
+
+
+def test_admission_serves_the_key_with_fewest_admitted_streams(synth: Synthesizer) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock, threads=1, per_thread=2.0, load_limit=1.0)
+    sched.add(job("flood-1", key="flood"))
+    for n in (2, 3):
+        clock.now += 0.01
+        sched.add(job(f"flood-{n}", key="flood"))
+    clock.now += 0.01
+    sched.add(job("other-1", key="other"))
+    with sched.lock:
+        sched._remove(sched.streams["flood-1"])
+    assert sched.streams["other-1"].admitted  # arrived last, but its key holds nothing
+
+
+def test_capacity_follows_real_step_costs() -> None:
+    capacity = Capacity(threads=2, per_thread=10.0)
+    for _ in range(2000):
+        capacity.record(audio_s=0.5, compute_s=0.1)  # 5 audio-s per compute second
+    assert capacity.value == pytest.approx(10.0, rel=0.01)
+
+
+def test_no_stream_starves_or_runs_dry_under_bursts_within_capacity(synth: Synthesizer) -> None:
+    """Simulated steps on the fake clock, one thread, each step 20 ms: a fresh stream takes
+    three steps to its first chunk (acoustic run, flow, first window: 186 ms of audio), then
+    each step adds 150 ms; bursts of three streams arrive every 60 steps (75 % busy). Every
+    stream gets its first chunk, and no playing stream is served after its audio ran out."""
+    clock = FakeClock()
+    sched = scheduler(synth, clock, threads=1, per_thread=5.0, load_limit=1.0)
+    rate = synth.sample_rate
+    step_s = 0.02
+    prelude: dict[str, int] = {}
+    started: set[str] = set()
+    dry = 0
+    for n in range(1500):
+        if n % 60 == 0 and n < 1200:
+            for k in range(3):
+                sched.add(job(f"s{n}-{k}"))
+                prelude[f"s{n}-{k}"] = 3
+        stream = sched.pick()
+        if stream is None:
+            clock.now += step_s
+            continue
+        if stream.first_sent_at is not None and clock.now + step_s > sched.due(stream):
+            dry += 1
+        clock.now += step_s
+        uid = stream.job.uid
+        stream.steps = iter(())  # type: ignore[assignment]
+        stream.pending = FrameCall("vocoder", np.zeros((1, 192, 30), np.float32))
+        prelude[uid] -= 1
+        if prelude[uid] > 0:
+            continue
+        if stream.first_sent_at is None:
+            stream.first_sent_at = clock.now
+            stream.samples_sent = round(0.186 * rate)
+            started.add(uid)
+        else:
+            stream.samples_sent += round(0.15 * rate)
+        if stream.samples_sent > 2 * rate:
+            with sched.lock:  # two seconds of audio: done, the next waiting one enters
+                sched._remove(stream)
+    assert started == {f"s{n}-{k}" for n in range(0, 1200, 60) for k in range(3)}
+    assert dry == 0
+
+
+# -- threads on the real engines ---------------------------------------------------------------
+
+
+def run_all(sched: DeadlineScheduler, jobs: list[SynthesisJob]) -> dict[str, list[FromWorker]]:
+    """Start the threads, add ``jobs``, and collect every message until each stream ended."""
+    out: dict[str, list[FromWorker]] = {j.uid: [] for j in jobs}
+    ended = threading.Semaphore(0)
+    lock = threading.Lock()
+
+    def send(msg: FromWorker) -> None:
+        assert isinstance(msg, AudioChunkMsg | StreamDone | StreamError)
+        with lock:
+            out[msg.uid].append(msg)
+        if isinstance(msg, StreamDone | StreamError):
+            ended.release()
+
+    sched.start(send)
+    try:
+        for j in jobs:
+            sched.add(j)
+        for _ in jobs:
+            assert ended.acquire(timeout=120), "a stream never ended"
+    finally:
+        sched.close()
+    return out
+
+
+def test_threaded_streams_are_exact_and_end_once(synth: Synthesizer) -> None:
+    texts = [TEXT, "Reply STOP to stop.", "The quick brown fox jumps over the lazy dog. " * 3]
+    jobs = [job(f"s{i}", text) for i, text in enumerate(texts * 2)]
+    sched = DeadlineScheduler(synth, threads=2, per_thread=10.0)
+    out = run_all(sched, jobs)
+    params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
+    for j in jobs:
+        msgs = out[j.uid]
+        assert isinstance(msgs[-1], StreamDone)
+        assert all(isinstance(m, AudioChunkMsg) for m in msgs[:-1])
+        pcm = b"".join(m.pcm for m in msgs if isinstance(m, AudioChunkMsg))
+        got = np.frombuffer(pcm, dtype="<i2").astype(np.int32)
+        whole = synth.synthesize(j.text, params).astype(np.int32)
+        assert len(got) == len(whole)
+        assert np.max(np.abs(got - whole)) <= 33  # windows match one-shot to float rounding
+    assert not sched.streams
+    assert sched.capacity.value > 0
+
+
+def test_a_failing_stream_fails_alone(synth: Synthesizer) -> None:
+    bad = job("bad", "…")  # nothing to speak: the front end raises in the stream's first step
+    sched = DeadlineScheduler(synth, threads=2, per_thread=10.0)
+    out = run_all(sched, [bad, job("good")])
+    assert isinstance(out["bad"][-1], StreamError) and out["bad"][-1].status == 422
+    assert isinstance(out["good"][-1], StreamDone)
+
+
+def test_cancel_during_a_step_ends_the_stream_once(synth: Synthesizer) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock)
+    sched.add(job("a"))
+    stream = sched.streams["a"]
+    stream.running = True  # a thread is inside its step
+    assert sched.cancel("a") is None  # the thread will send the final message
+    sent: list[FromWorker] = []
+    sched.step(stream, sent.append)
+    assert [type(m) for m in sent] == [StreamDone]
+    assert "a" not in sched.streams
