@@ -307,6 +307,14 @@ class DeadlineScheduler:
                 self.step(stream, send)
             except (OSError, EOFError):
                 return  # the gateway went away: the main thread ends the process
+            except Exception:  # a bug outside the stream's own work: keep the thread serving
+                log.exception("compute_step_crashed", uid=stream.job.uid)
+                with self.lock:
+                    stream.running = False
+                    known = self.streams.get(stream.job.uid) is stream
+                    self._remove(stream)
+                if known:  # its one final message, if nothing sent one yet
+                    send(StreamError(stream.job.uid, 500, "internal_error", "synthesis failed"))
             finally:
                 stream.step_started = None
                 # an idle thread must not keep its last stream, and through it that stream's
@@ -336,6 +344,7 @@ class DeadlineScheduler:
         audio = sum(len(c.samples) for c in chunks) / stream.synth.sample_rate
         with self.lock:
             self.capacity.record(audio, elapsed)
+            self.admit()  # a capacity grown past the demand lets a held stream in
             cancelled = stream.cancelled
         if not cancelled:
             for chunk, pcm in zip(chunks, samples, strict=True):
