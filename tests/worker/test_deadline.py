@@ -111,13 +111,18 @@ def test_fresh_streams_finish_first_chunks_in_arrival_order(synth: Synthesizer) 
     assert sched.pick() is first
 
 
-def test_no_bound_while_every_stream_has_a_thread(synth: Synthesizer) -> None:
+def test_while_every_stream_has_a_thread_only_a_newcomer_bounds_steps(
+    synth: Synthesizer,
+) -> None:
     clock = FakeClock()
-    sched = scheduler(synth, clock, threads=2)
+    sched = scheduler(synth, clock, threads=2, per_thread=1.0, load_limit=1.0)
     sched.add(job("a"))
     sched.add(job("b"))
-    playing(sched, "b", buffered_s=0.2)
+    playing(sched, "b", buffered_s=0.04)  # however pressed b is, it has a thread of its own
+    assert sched.waiting() == 0 and not sched._room()  # 2 audio-s/s of capacity: full
     assert sched.budget(sched.streams["a"]) is None
+    sched.capacity = Capacity(threads=2, per_thread=10.0)  # room for a newcomer
+    assert sched.budget(sched.streams["a"]) == sched.first_audio_s
 
 
 def test_steps_are_bounded_by_the_others_slack_with_a_floor(synth: Synthesizer) -> None:

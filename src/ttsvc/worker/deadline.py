@@ -12,10 +12,9 @@ Three rules keep streams playing:
 
 * **Steps are single engine runs** (``FrameCall``: a sentence's acoustic run, a flow chunk, a
   vocoder window), so no step carries another's cost, and the window and flow sizes are bounded
-  by ``budget``: once streams outnumber the threads, no step may run longer than a share of the
-  smallest slack among the other streams (and, while a new stream could still be admitted, than
-  a fresh stream's first-audio target), with a floor that keeps the overlap cost small. With
-  fewer streams than threads every stream has a thread and windows grow freely (throughput).
+  by ``budget``: while a new stream could still be admitted, no step may run longer than a fresh
+  stream's first-audio target; once streams outnumber the threads, nor longer than a share of
+  the smallest slack among the other streams; with a floor that keeps the overlap cost small.
 * **A fresh stream is due ``first_audio_s`` after it arrived**, so its first window goes before
   running streams that still have more audio buffered than that, and after those that do not.
 * **Admission by real-time capacity.** Each admitted stream still computing needs one audio
@@ -227,22 +226,22 @@ class DeadlineScheduler:
     def budget(self, stream: _Stream) -> float | None:
         """Longest step ``stream`` may take now (None: no bound).
 
-        Bounded only once admitted streams outnumber the threads (with fewer, each has a thread
-        and large windows cost less overlap): a share of the smallest slack among the other
-        admitted streams that are not yet late (one already late is past helping, and shrinking
-        steps for it would only cost everyone overlap), and, while admission has room for a
-        newcomer, its first-audio target too. Never below ``STEP_FLOOR_S``.
+        While admission has room for a newcomer, no step outlasts a fresh stream's first-audio
+        target, so one arriving now finds a thread in time. Once admitted streams outnumber the
+        threads, no step outlasts a share of the smallest slack among the other admitted
+        streams that are not yet late (one already late is past helping, and shrinking steps
+        for it would only cost everyone overlap). Never below ``STEP_FLOOR_S``. Alone on a full
+        worker, a stream's steps grow freely (throughput).
         """
         with self.lock:
             admitted = [s for s in self.streams.values() if s.admitted]
-            if len(admitted) <= self.threads:
-                return None
-            now = self.clock()
-            slack = [self.due(s) - now for s in admitted if s is not stream]
-            ahead = [s for s in slack if s > 0]
-            bound = BUDGET_SHARE * min(ahead) if ahead else float("inf")
-            if self._room():
-                bound = min(bound, self.first_audio_s)
+            bound = self.first_audio_s if self._room() else float("inf")
+            if len(admitted) > self.threads:
+                now = self.clock()
+                slack = [self.due(s) - now for s in admitted if s is not stream]
+                ahead = [s for s in slack if s > 0]
+                if ahead:
+                    bound = min(bound, BUDGET_SHARE * min(ahead))
             return None if bound == float("inf") else max(STEP_FLOOR_S, bound)
 
     # -- streams ------------------------------------------------------------------------------
