@@ -738,8 +738,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes of the plain ttsvc system (default: the service's "
                    "own choice; variants carry their own)")  # fmt: skip
-    p.add_argument("--ttsvc-args", default="--max-streams-per-worker 40",
-                   help="extra `ttsvc serve` flags (default: a slot per client)")  # fmt: skip
+    p.add_argument("--ttsvc-args", default="--max-streams-per-worker 80",
+                   help="extra `ttsvc serve` flags of every ttsvc system (default: %(default)s, "
+                   "a slot for every client of the ramp even in one worker process)")  # fmt: skip
     p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
                    help="a ttsvc variant, run as system ttsvc:NAME")  # fmt: skip
     p.add_argument("--engines-dir", type=Path, default=DEFAULT_ENGINES)
