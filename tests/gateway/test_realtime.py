@@ -34,11 +34,12 @@ CALLERS = 4
 """Concurrent callers: about 4 audio-seconds per second of demand, well under what two cores
 compute (several times real time each), so any stall is the scheduler's doing."""
 REQUESTS_PER_CALLER = 3
-PLAYBACK_BUFFER_S = 0.1
-"""The player starts this long after the first audio byte, as a client's jitter buffer does.
-The test machine is shared: one scheduling hiccup there (another process on the core, a GC
-pause in the client) must not count as a stall, while a stream that falls behind its playback
-for longer than this still does. Real players buffer at least this much before starting."""
+PLAYBACK_BUFFER_S = 0.15
+"""The player starts this long after the first audio byte, as a client's jitter buffer does
+(real players buffer this much or more before they start). The test machine is shared: a
+scheduling hiccup there (another process holding one of the two cores, a GC pause in this
+client) must not count as a stall, while a stream held up behind other streams' long steps
+(a sentence's acoustic run, a wide window) falls behind by more than this and still does."""
 WAV_HEADER_BYTES = 44
 
 TEXTS = (
