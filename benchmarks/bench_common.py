@@ -180,14 +180,15 @@ class Server:
     (CLI, gateway + worker processes), with its output in ``log_path``.
 
     ``extra_args`` are appended to the command line (``--no-multiplex`` and the like); ``env``
-    entries are added to this process's environment (an engine cache dir, say). What "ready"
+    entries are added to this process's environment (an engine cache dir, say). ``workers=None``
+    leaves ``--workers`` out, so the service picks its own split of the machine. What "ready"
     means differs between benchmarks, so ``wait_ready`` takes the check as an argument.
     """
 
     def __init__(
         self,
         engines_dir: Path,
-        workers: int,
+        workers: int | None,
         log_path: Path,
         *,
         port: int = 0,
@@ -199,7 +200,8 @@ class Server:
         self.log_path = log_path
         self.argv = [
             sys.executable, "-m", "ttsvc.cli", "serve",
-            "--host", HOST, "--port", str(self.port), "--workers", str(workers),
+            "--host", HOST, "--port", str(self.port),
+            *([] if workers is None else ["--workers", str(workers)]),
             "--engines-dir", str(engines_dir), *extra_args,
         ]  # fmt: skip
         full_env = None if env is None else {**os.environ, **env}
