@@ -106,7 +106,8 @@ def test_every_call_the_synthesizer_makes_is_inside_the_profiles(
                 shape = item.inputs.shape
                 for profile in profiles[item.stage][:1]:
                     assert profile.covers(shape), (item.stage, shape, profile)
-                    assert profile.covers((8, *shape[1:]))
+                    if item.stage != "acoustic":  # once per sentence: it never batches
+                        assert profile.covers((8, *shape[1:]))
                 answer = local.run_call(item)
     for sentence in local.sentences(texts[-1]):
         assert len(sentence.ids) <= 512
