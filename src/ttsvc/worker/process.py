@@ -238,5 +238,5 @@ def _serve(
             return
         if busy:
             heap.freed()
-        if busy and not isinstance(scheduler, DeadlineScheduler):
-            scheduler.step(send)
+        if scheduler.streams and not isinstance(scheduler, DeadlineScheduler):
+            scheduler.step(send)  # streams as they are now: a cancel may have ended the last
