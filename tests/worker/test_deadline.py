@@ -12,12 +12,13 @@ from ttsvc.backends.base import EngineSet
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
 from ttsvc.synthesis import FrameCall, SynthesisParams, Synthesizer
 from ttsvc.worker.deadline import (
-    BUDGET_SHARE,
+    DELIVERY_S,
     GUARD_S,
     STEP_FLOOR_S,
     Capacity,
     DeadlineScheduler,
     _Live,
+    first_late,
 )
 
 TEXT = "Your order has shipped. It will arrive on Thursday between nine and noon."
@@ -74,7 +75,7 @@ def test_fresh_streams_go_before_playing_streams_with_audio_to_spare(synth: Synt
 
 def test_a_playing_stream_about_to_run_dry_goes_before_fresh_ones(synth: Synthesizer) -> None:
     clock = FakeClock()
-    sched = scheduler(synth, clock)
+    sched = scheduler(synth, clock, threads=1)
     sched.add(job("fresh"))
     sched.add(job("playing"))
     stream = playing(sched, "playing", buffered_s=GUARD_S / 2)
@@ -111,32 +112,65 @@ def test_fresh_streams_finish_first_chunks_in_arrival_order(synth: Synthesizer) 
     assert sched.pick() is first
 
 
-def test_while_every_stream_has_a_thread_only_a_newcomer_bounds_steps(
+def test_a_free_thread_for_every_other_stream_leaves_steps_unbounded(
     synth: Synthesizer,
 ) -> None:
     clock = FakeClock()
-    sched = scheduler(synth, clock, threads=2, per_thread=1.0, load_limit=1.0)
+    sched = scheduler(synth, clock, threads=2, per_thread=10.0)
     sched.add(job("a"))
     sched.add(job("b"))
-    playing(sched, "b", buffered_s=0.04)  # however pressed b is, it has a thread of its own
-    assert sched.waiting() == 0 and not sched._room()  # 2 audio-s/s of capacity: full
+    playing(sched, "b", buffered_s=0.04)  # however pressed b is, the other thread is free
+    assert sched._room()  # and a newcomer would find it free too
     assert sched.budget(sched.streams["a"]) is None
-    sched.capacity = Capacity(threads=2, per_thread=10.0)  # room for a newcomer
-    assert sched.budget(sched.streams["a"]) == sched.first_audio_s
 
 
-def test_steps_are_bounded_by_the_others_slack_with_a_floor(synth: Synthesizer) -> None:
+def test_with_every_other_thread_busy_a_newcomer_bounds_steps(synth: Synthesizer) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock, threads=2, per_thread=10.0)
+    sched.add(job("a"))
+    sched.add(job("b"))
+    b = playing(sched, "b", buffered_s=5.0)
+    b.running, b.busy_until = True, clock.now + 0.5  # the other thread is away for 500 ms
+    assert sched.budget(sched.streams["a"]) == pytest.approx(
+        sched.first_audio_s - sched.first_chunk_s)  # a newcomer's first chunk starts in time
+    sched.capacity = Capacity(threads=2, per_thread=0.1)  # full: no newcomer to wait for
+    assert not sched._room()
+    assert sched.budget(sched.streams["a"]) is None
+
+
+def test_steps_are_bounded_by_the_others_latest_start_with_a_floor(synth: Synthesizer) -> None:
     clock = FakeClock()
     sched = scheduler(synth, clock, threads=1, per_thread=2.0, load_limit=1.0)
     for uid in ("a", "b", "c"):
         sched.add(job(uid))
     assert sched.waiting() == 1  # 2 audio-s/s of capacity: two streams, the third waits
     playing(sched, "a", buffered_s=3.0)
-    playing(sched, "b", buffered_s=0.4)
-    assert sched.budget(sched.streams["a"]) == pytest.approx(BUDGET_SHARE * 0.4)
+    b = playing(sched, "b", buffered_s=0.4)
+    assert sched.budget(sched.streams["a"]) == pytest.approx(
+        0.4 - DELIVERY_S - sched.cost_to_chunk(b))  # then this thread must turn to b
     playing(sched, "b", buffered_s=0.01)
     assert sched.budget(sched.streams["a"]) == STEP_FLOOR_S
     playing(sched, "b", buffered_s=-0.5)  # already dry: past helping, no reason to shrink
+    assert sched.budget(sched.streams["a"]) is None
+
+
+def test_steps_shrink_when_the_other_threads_cannot_keep_up(synth: Synthesizer) -> None:
+    """Two threads, eight pressed streams: the other thread alone cannot start every one of
+    them in time, so the step is bounded; with fewer streams it can, and the step is not."""
+    clock = FakeClock()
+    sched = scheduler(synth, clock, threads=2, per_thread=100.0)
+    sched.add(job("a"))
+    playing(sched, "a", buffered_s=5.0)
+    for k in range(8):
+        sched.add(job(f"s{k}"))
+        playing(sched, f"s{k}", buffered_s=0.15)
+    sched.load_limit = 0.0  # no room: no newcomer to wait for
+    assert not sched._room()
+    bound = sched.budget(sched.streams["a"])
+    assert bound is not None and STEP_FLOOR_S <= bound < 0.15
+    for k in range(7):
+        with sched.lock:
+            sched._remove(sched.streams[f"s{k}"])
     assert sched.budget(sched.streams["a"]) is None
 
 
@@ -149,7 +183,43 @@ def test_with_room_for_a_newcomer_steps_leave_time_for_its_first_audio(
     sched.add(job("b"))
     playing(sched, "a", buffered_s=5.0)
     playing(sched, "b", buffered_s=5.0)
-    assert sched.budget(sched.streams["a"]) == sched.first_audio_s
+    assert sched.budget(sched.streams["a"]) == pytest.approx(
+        sched.first_audio_s - sched.first_chunk_s)
+
+
+def test_first_late_lays_steps_out_on_the_threads_in_laxity_order() -> None:
+    # one thread free now: tasks due to start at 0.1 and 0.12, each 0.05 long: the second
+    # would start at 0.15, late; with a second thread both start in time
+    tasks = [(0.1, 0.05, 0.0), (0.12, 0.05, 0.0)]
+    assert first_late(tasks, [0.0], horizon=1.0) is None  # 0.0-0.05, 0.05-0.1: in time
+    tasks = [(0.01, 0.05, 0.0), (0.02, 0.05, 0.0)]
+    assert first_late(tasks, [0.0], horizon=1.0) == 0.02
+    assert first_late(tasks, [0.0, 0.0], horizon=1.0) is None
+    assert first_late(tasks, [], horizon=1.0) == 0.01  # no other thread: the first start_by
+    assert first_late(tasks, [0.5], horizon=1.0) == 0.01  # the thread is away until 0.5
+    # a stream's later steps count: each 50 ms step buys 100 ms of audio (rate 2), so it
+    # needs half a thread; three of them need one and a half, and one thread falls behind
+    tasks = [(0.1, 0.05, 2.0), (0.1, 0.05, 2.0), (0.1, 0.05, 2.0)]
+    late = first_late(tasks, [0.0], horizon=1.0)
+    assert late is not None and 0.1 < late < 1.0
+    assert first_late(tasks, [0.0, 0.0], horizon=1.0) is None
+
+
+def test_estimates_follow_how_slow_steps_run_now(synth: Synthesizer) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock)
+    sched.add(job("a"))
+    a = playing(sched, "a", buffered_s=1.0)
+    alone = sched.step_cost(a)
+    a.estimate = alone
+    with sched.lock:
+        for _ in range(2000):  # every step takes twice its estimate (a shared core)
+            sched.record(a, audio_s=0.1, elapsed=2 * alone)
+    assert sched.slowdown == pytest.approx(2.0, rel=0.01)
+    assert sched.step_cost(a) == pytest.approx(2 * alone, rel=0.01)
+    with sched.lock:
+        sched.record(a, audio_s=0.1, elapsed=3600.0)  # a step stopped by the kernel
+    assert sched.slowdown < 2.1
 
 
 def test_admission_by_real_time_capacity(synth: Synthesizer) -> None:

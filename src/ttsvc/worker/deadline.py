@@ -12,9 +12,10 @@ Three rules keep streams playing:
 
 * **Steps are single engine runs** (``FrameCall``: a sentence's acoustic run, a flow chunk, a
   vocoder window), so no step carries another's cost, and the window and flow sizes are bounded
-  by ``budget``: while a new stream could still be admitted, no step may run longer than a fresh
-  stream's first-audio target; once streams outnumber the threads, nor longer than a share of
-  the smallest slack among the other streams; with a floor that keeps the overlap cost small.
+  by ``budget``: a step may last as long as the other threads can serve every other stream
+  (and a newcomer, while one could be admitted) in time without it, with a floor that keeps
+  the overlap cost small. Costs are estimated from those measured at start, scaled by how much
+  slower steps run now (cores shared with the gateway and clients).
 * **A fresh stream is due ``first_audio_s`` after it arrived**, so its first window goes before
   running streams that still have more audio buffered than that, and after those that do not.
 * **Admission by real-time capacity.** Each admitted stream still computing needs one audio
@@ -31,6 +32,7 @@ tests drive it with a fake one; the threads are plain ``threading.Thread``s star
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Callable
@@ -48,16 +50,22 @@ Send = Callable[[FromWorker], None]
 
 FIRST_AUDIO_S = 0.1
 """A fresh stream's first chunk is due this long after it arrived."""
-BUDGET_SHARE = 0.5
-"""A step may take this share of the smallest slack among the other streams (the rest is for
-that stream's own step once a thread frees)."""
+HORIZON_S = 1.0
+"""How far ahead ``budget`` lays out the other streams' steps: about the longest step worth
+taking (past a few hundred frames a window costs no less per frame)."""
 STEP_FLOOR_S = 0.03
 """No budget is smaller than this: below it, a window's overlap would cost more than its audio."""
 GUARD_S = 0.1
 """A playing stream whose next step must start within this goes before fresh streams: about
 the longest step another thread may be in the middle of when it is picked."""
+DELIVERY_S = 0.03
+"""A chunk must reach the player, not only leave the worker, by its deadline: the pipe, the
+gateway's event loop and the socket take about this long on a loaded machine."""
 CAPACITY_MEMORY = 200
 """Steps over which the measured capacity averages (exponentially): a few seconds of work."""
+SLOWDOWN_RANGE = (0.5, 4.0)
+"""One step's wall time over its estimate counts within these bounds (a step stopped by the
+kernel for a second must not make every estimate absurd)."""
 
 
 @dataclass
@@ -71,6 +79,10 @@ class _Live(_Stream):
     """The client left during a step: the thread that runs it ends it."""
     step_started: float | None = None
     """Monotonic time its running step began (real time, for hang detection)."""
+    busy_until: float = 0.0
+    """When its running step is expected to end (scheduler clock): its thread frees then."""
+    estimate: float = 0.0
+    """Its running engine call's cost measured alone (0: the stream's first step)."""
 
 
 class Capacity:
@@ -122,6 +134,10 @@ class DeadlineScheduler:
         start with the canary; 0 until then)."""
         self.streams: dict[str, _Live] = {}
         """Every stream, admitted or waiting, in arrival order."""
+        self.slowdown = 1.0
+        """Wall time of recent engine calls over their cost measured alone at start: cores
+        shared with the gateway, clients or other tenants make every step slower, and the
+        estimates that order and bound steps follow (exponential over ``CAPACITY_MEMORY``)."""
         self.misses = 0
         """Chunks sent after their stream's playback deadline."""
         self.late_s = 0.0
@@ -181,11 +197,15 @@ class DeadlineScheduler:
         first chunks one after another."""
         if stream.first_sent_at is None:
             return self.due(stream)
-        return self.due(stream) - self.cost_to_chunk(stream)
+        return self.due(stream) - DELIVERY_S - self.cost_to_chunk(stream)
 
     def cost_to_chunk(self, stream: _Stream) -> float:
-        """Estimated compute seconds from the stream's pending call to its next chunk, from the
-        per-frame and per-phoneme costs the synthesizer measured at start."""
+        """Estimated seconds from the stream's pending call to its next chunk, from the
+        per-frame and per-phoneme costs the synthesizer measured at start, as slow as steps
+        run now."""
+        return self.slowdown * self._chunk_cost(stream)
+
+    def _chunk_cost(self, stream: _Stream) -> float:
         synth, call = stream.synth, stream.pending
         first = synth.schedule.first
         vctx, fctx = synth.vocoder_context, synth.flow_context
@@ -199,6 +219,29 @@ class DeadlineScheduler:
         if call.stage == "flow":
             return frames * synth.flow_cost_s + window
         return frames * synth.vocoder_cost_s
+
+    def step_cost(self, stream: _Stream) -> float:
+        """Estimated seconds of the stream's pending call alone (a stream not started: its
+        front end, acoustic run and first window), as slow as steps run now."""
+        return self.slowdown * self._call_cost(stream)
+
+    def _call_cost(self, stream: _Stream) -> float:
+        """The pending call's cost from the costs measured at start, alone on a core."""
+        synth, call = stream.synth, stream.pending
+        if call is None:
+            return self.first_chunk_s
+        if call.stage == "acoustic":
+            return int(call.inputs.shape[1]) * synth.acoustic_cost_s
+        cost = synth.flow_cost_s if call.stage == "flow" else synth.vocoder_cost_s
+        return int(call.inputs.shape[2]) * cost
+
+    def start_by(self, stream: _Stream) -> float:
+        """When the stream's next step must start for its next chunk to be in time: for a
+        playing stream ``latest_start``; for a fresh one its first-audio target less what a
+        first chunk costs alone, so a burst of fresh streams keeps arrival order."""
+        if stream.first_sent_at is None:
+            return self.due(stream) - self.first_chunk_s
+        return self.latest_start(stream)
 
     def pick(self) -> _Live | None:
         """The admitted, idle stream to step next.
@@ -223,26 +266,48 @@ class DeadlineScheduler:
 
         return min(ready, key=key)
 
+    def _free_threads(self, now: float, exclude: _Stream | None) -> list[float]:
+        """When each thread other than the caller's frees: now for an idle one, else when its
+        step is expected to end (``exclude``: the caller's own stream, running)."""
+        free = [now] * (self.threads - 1 if exclude is not None else self.threads)
+        for s in self.streams.values():
+            if s.running and s is not exclude and now in free:
+                free[free.index(now)] = max(now, s.busy_until)
+        return free
+
+    def _task(self, stream: _Stream, now: float) -> tuple[float, float, float]:
+        """The stream's next step for ``first_late``: start by, cost, and the audio a chunk
+        buys per compute second (what one thread computes)."""
+        rate = self.capacity.value / max(self.threads, 1)
+        return (max(now, self.start_by(stream)), self.step_cost(stream), rate)
+
     def budget(self, stream: _Stream) -> float | None:
         """Longest step ``stream`` may take now (None: no bound).
 
-        While admission has room for a newcomer, no step outlasts a fresh stream's first-audio
-        target, so one arriving now finds a thread in time. Once admitted streams outnumber the
-        threads, no step outlasts a share of the smallest slack among the other admitted
-        streams that are not yet late (one already late is past helping, and shrinking steps
-        for it would only cost everyone overlap). Never below ``STEP_FLOOR_S``. Alone on a full
-        worker, a stream's steps grow freely (throughput).
+        As long as the thread running it is away, the other threads must serve every other
+        stream in time. So the other streams' next steps (and the ones after, each chunk buying
+        its stream as much audio as a thread computes in that time) are laid out, least laxity
+        first, on the other threads from when each frees; the step may last until the first
+        one of them that would start late, which this thread then takes. While admission has
+        room, a newcomer arriving now is among them. A stream already late is past helping and
+        shrinking steps for it would only cost everyone overlap, so it is left out. Never below
+        ``STEP_FLOOR_S``. With a thread free for every other stream, steps grow freely
+        (throughput).
         """
         with self.lock:
-            admitted = [s for s in self.streams.values() if s.admitted]
-            bound = self.first_audio_s if self._room() else float("inf")
-            if len(admitted) > self.threads:
-                now = self.clock()
-                slack = [self.due(s) - now for s in admitted if s is not stream]
-                ahead = [s for s in slack if s > 0]
-                if ahead:
-                    bound = min(bound, BUDGET_SHARE * min(ahead))
-            return None if bound == float("inf") else max(STEP_FLOOR_S, bound)
+            now = self.clock()
+            free = self._free_threads(now, exclude=stream)
+            tasks = [self._task(s, now) for s in self.streams.values()
+                     if s.admitted and not s.running and s is not stream and self.due(s) > now]
+            rate = self.capacity.value / max(self.threads, 1)
+            if self._room():
+                first = self.slowdown * self.first_chunk_s
+                tasks.append((now + self.first_audio_s - first, first, rate))
+            late = first_late(tasks, free, now + HORIZON_S)
+            if late is None:
+                return None
+            # the synthesizer sizes steps from the costs measured alone: scale to match
+            return max(STEP_FLOOR_S, (late - now) / self.slowdown)
 
     # -- streams ------------------------------------------------------------------------------
 
@@ -302,6 +367,8 @@ class DeadlineScheduler:
                     return
                 stream.running = True
                 stream.step_started = time.monotonic()
+                stream.estimate = self._call_cost(stream) if stream.pending is not None else 0.0
+                stream.busy_until = self.clock() + self.step_cost(stream)
             try:
                 self.step(stream, send)
             except (OSError, EOFError):
@@ -342,7 +409,7 @@ class DeadlineScheduler:
         stream.compute_s += elapsed
         audio = sum(len(c.samples) for c in chunks) / stream.synth.sample_rate
         with self.lock:
-            self.capacity.record(audio, elapsed)
+            self.record(stream, audio, elapsed)
             self.admit()  # a capacity grown past the demand lets a held stream in
             cancelled = stream.cancelled
         if not cancelled:
@@ -359,6 +426,16 @@ class DeadlineScheduler:
             send(StreamDone(stream.job.uid, stream.samples_sent, stream.compute_s))
         elif ended or (chunks and chunks[-1].last):
             self._done(stream, send)
+
+    def record(self, stream: _Live, audio_s: float, elapsed: float) -> None:
+        """Learn from one step (lock held): its audio and wall time refine the capacity, and
+        its wall time over its estimate (an engine call's, not a stream's first step, which
+        includes the front end) the slowdown every estimate is scaled by."""
+        self.capacity.record(audio_s, elapsed)
+        if stream.estimate > 0:
+            keep = 1.0 - 1.0 / CAPACITY_MEMORY
+            ratio = min(max(elapsed / stream.estimate, SLOWDOWN_RANGE[0]), SLOWDOWN_RANGE[1])
+            self.slowdown = keep * self.slowdown + (1.0 - keep) * ratio
 
     def _advance(self, stream: _Live, chunks: list[AudioChunk]) -> bool:
         """Run the stream's pending engine call (or start it) and carry it to its next call,
@@ -428,6 +505,34 @@ class DeadlineScheduler:
             log.exception("stream_crashed", uid=uid)
             send(StreamError(uid, 500, "internal_error",
                              f"synthesis failed: {type(exc).__name__}"))  # fmt: skip
+
+
+def first_late(tasks: list[tuple[float, float, float]], free: list[float],
+               horizon: float) -> float | None:  # fmt: skip
+    """When the first of ``tasks`` would start late on threads that free at ``free``, or None.
+
+    A task is ``(start_by, cost, rate)``: a stream whose next step must start by ``start_by``
+    and costs ``cost`` compute seconds; its chunk then buys the stream ``cost * rate`` seconds
+    of audio, so its following step is due that much later (and costs the same). Tasks go in
+    order of ``start_by`` to the thread that frees first, until ``horizon``; with no thread at
+    all, the first ``start_by``.
+    """
+    queue = list(tasks)
+    heapq.heapify(queue)
+    threads = sorted(free)
+    while queue:
+        start_by, cost, rate = heapq.heappop(queue)
+        if start_by >= horizon:
+            return None
+        if not threads:
+            return start_by
+        begin = heapq.heappop(threads)
+        if begin > start_by:
+            return start_by
+        heapq.heappush(threads, begin + cost)
+        if rate > 0:  # each step buys at least a floor's worth, so the layout ends
+            heapq.heappush(queue, (start_by + max(cost * rate, STEP_FLOOR_S), cost, rate))
+    return None
 
 
 def measure(synth: Synthesizer) -> tuple[float, float]:
