@@ -74,11 +74,11 @@ FLOAT_NOISE = 4e-6
 context is exact and needs no margin. Measured: the vocoder's error is 1.9e-6 from 12 frames up."""
 
 
-CALIBRATION_COST = {"vocoder": 12.0, "flow": 10.0}
+CALIBRATION_COST = {"vocoder": 10.5, "flow": 8.5}
 """Seconds each context calibration takes per second of the reference check before it: both
 run the same engines on the same canary sentences (the calibration in many windows), so their
 ratio carries over between machines better than any fixed number of seconds. Measured on the
-packaged voice, fp32 on CPU."""
+packaged voice, fp32 on CPU: an estimate for the user, not a bound."""
 
 
 class _Progress:
