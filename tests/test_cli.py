@@ -25,12 +25,14 @@ from ttsvc.repository.layout import EngineVersion
 
 
 def _ttsvc(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
+    *args: str, cwd: Path, env: dict[str, str | None] | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """``ttsvc ARGS`` in ``cwd``; ``env`` adds variables to this one's, None removes one."""
+    environ = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "ttsvc.cli", *args],
         cwd=cwd, capture_output=True, text=True, timeout=240, check=False,
-        env={**os.environ, **(env or {})},
+        env={k: v for k, v in environ.items() if v is not None},
     )  # fmt: skip
 
 
@@ -276,17 +278,12 @@ def test_default_engines_dir_is_the_same_from_any_directory(
     shutil.copytree(engines_root, cache / "ttsvc" / "engines")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {"XDG_CACHE_HOME": str(cache), "TTSVC_COMPILE_DEFAULT_VOICE": "false",
-           "TTSVC_ENGINES_DIR": ""}  # fmt: skip
-    environ = {k: v for k, v in os.environ.items() if k != "TTSVC_ENGINES_DIR"}
-    result = subprocess.run(
-        [sys.executable, "-m", "ttsvc.cli", "synth", "Found from anywhere.", "-o", "hi.wav"],
-        cwd=elsewhere, capture_output=True, text=True, timeout=240, check=False,
-        env={**environ, **{k: v for k, v in env.items() if v}},
-    )  # fmt: skip
+    env: dict[str, str | None] = {"XDG_CACHE_HOME": str(cache), "TTSVC_ENGINES_DIR": None,
+                                  "TTSVC_COMPILE_DEFAULT_VOICE": "false"}  # fmt: skip
+    result = _ttsvc("synth", "Found from anywhere.", "-o", "hi.wav", cwd=elsewhere, env=env)
     assert result.returncode == 0, result.stderr
     assert (elsewhere / "hi.wav").is_file() and not (elsewhere / "engines").exists()
-    listed = _ttsvc("engines", "ls", cwd=tmp_path, env={"XDG_CACHE_HOME": str(cache)})
+    listed = _ttsvc("engines", "ls", cwd=tmp_path, env=env)
     assert "* en_US-joe-medium v1" in listed.stdout
 
 
