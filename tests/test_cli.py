@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
+import shutil
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,14 +17,22 @@ import pytest
 from ttsvc.audio.wav import read_wav
 from ttsvc.cli import _overrides, build_parser
 from ttsvc.config import Settings
+from ttsvc.errors import Unauthorized
+from ttsvc.gateway.auth import KeyStore
+from ttsvc.gateway.ratelimit import Quota
 from ttsvc.pool.cpus import CpuBudget, cpu_budget, default_split
 from ttsvc.repository.layout import EngineVersion
 
 
-def _ttsvc(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _ttsvc(
+    *args: str, cwd: Path, env: dict[str, str | None] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``ttsvc ARGS`` in ``cwd``; ``env`` adds variables to this one's, None removes one."""
+    environ = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "ttsvc.cli", *args],
         cwd=cwd, capture_output=True, text=True, timeout=240, check=False,
+        env={k: v for k, v in environ.items() if v is not None},
     )  # fmt: skip
 
 
@@ -70,12 +83,12 @@ def test_serve_says_it_binds_loopback_by_default(tmp_path: Path) -> None:
 
 def test_admission_flags_reach_the_settings() -> None:
     args = build_parser().parse_args(["serve", "--default-key-streams", "3", "--max-audio-s",
-                                      "120", "--no-api-docs"])  # fmt: skip
+                                      "120", "--api-docs"])  # fmt: skip
     settings = Settings(**_overrides(args))  # type: ignore[arg-type]
     assert settings.default_key_streams == 3 and settings.max_audio_s == 120
-    assert settings.api_docs is False
+    assert settings.api_docs is True
     plain = Settings(**_overrides(build_parser().parse_args(["serve"])))  # type: ignore[arg-type]
-    assert (plain.host, plain.default_key_streams, plain.api_docs) == ("127.0.0.1", None, True)
+    assert (plain.host, plain.default_key_streams, plain.api_docs) == ("127.0.0.1", None, False)
 
 
 def split_settings(*flags: str) -> Settings:
@@ -135,3 +148,157 @@ def test_bad_split_is_refused(flags: list[str], tmp_path: Path) -> None:
     result = _ttsvc("serve", *flags, cwd=tmp_path)
     assert result.returncode == 2
     assert "invalid settings" in result.stderr and "Traceback" not in result.stderr
+
+
+def _subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[
+    tuple[tuple[str, ...], argparse.ArgumentParser]
+]:
+    """Every (sub)command's words and parser, the top level included."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _subcommands(child, (*path, name))
+
+
+def _help_entries(text: str) -> dict[str, str]:
+    """Each option's help from ``--help`` output, keyed by its first option string."""
+    entries: dict[str, str] = {}
+    current = None
+    for line in text.splitlines():
+        if re.match(r"^  -", line):
+            current = line.split()[0].rstrip(",")
+            entries[current] = line
+        elif current is not None and line.startswith("    "):
+            entries[current] += " " + line.strip()
+        else:
+            current = None
+    return {name: " ".join(entry.split()) for name, entry in entries.items()}
+
+
+def test_every_flag_of_every_subcommand_has_help_with_its_default(tmp_path: Path) -> None:
+    commands = list(_subcommands(build_parser()))
+    assert {words for words, _ in commands} >= {
+        (), ("compile",), ("synth",), ("serve",), ("keys",), ("keys", "add"), ("keys", "list"),
+        ("keys", "remove"), ("engines",),
+    }
+    for words, parser in commands:
+        result = _ttsvc(*words, "--help", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        entries = _help_entries(result.stdout)
+        own = (argparse._HelpAction, argparse._VersionAction)
+        flags = [a for a in parser._actions if a.option_strings and not isinstance(a, own)]
+        assert len(flags) == len(entries) - 1 - (words == ()), (words, entries)
+        for action in flags:
+            entry = entries[action.option_strings[0]]
+            described = entry.split(None, 1 + (action.nargs != 0))[-1]
+            assert re.search(r"\bdefault[: ]", described), f"ttsvc {' '.join(words)}: {entry}"
+        for action in parser._actions:  # positionals need no default, but help
+            if not action.option_strings and not isinstance(action, argparse._SubParsersAction):
+                assert action.help, f"ttsvc {' '.join(words)} {action.dest}"
+
+
+def test_version(tmp_path: Path) -> None:
+    result = _ttsvc("--version", cwd=tmp_path)
+    assert result.returncode == 0
+    project = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    version = re.search(r'^version = "(.+)"', project, re.MULTILINE)
+    assert version is not None and result.stdout.split() == ["ttsvc", version.group(1)]
+
+
+def test_keys_list_and_remove(tmp_path: Path) -> None:
+    path = tmp_path / "keys"
+    env = {"TTSVC_API_KEYS_FILE": str(path)}
+    added = {name: _ttsvc("keys", "add", name, *flags, cwd=tmp_path, env=env)
+             for name, flags in (("ci", ["--rpm", "5"]), ("web", []))}  # fmt: skip
+    assert all(r.returncode == 0 for r in added.values()), added
+    path.write_text("# rotated monthly\n" + path.read_text())
+    listed = _ttsvc("keys", "list", cwd=tmp_path, env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert [(r[0], r[2]) for r in rows] == [("ci", "rpm=5"), ("web", "server defaults")]
+    assert all(r.stdout.strip() not in listed.stdout for r in added.values())  # never a key
+
+    removed = _ttsvc("keys", "remove", "ci", "--file", str(path), cwd=tmp_path)
+    assert removed.returncode == 0, removed.stderr
+    assert path.read_text().startswith("# rotated monthly\nweb ")
+    store = KeyStore(path, Quota())
+    store.load()
+    assert store.authenticate(f"Bearer {added['web'].stdout.strip()}").name == "web"
+    with pytest.raises(Unauthorized):
+        store.authenticate(f"Bearer {added['ci'].stdout.strip()}")
+    again = _ttsvc("keys", "remove", "ci", cwd=tmp_path, env=env)
+    assert again.returncode == 2 and "no key named 'ci'" in again.stderr
+    assert "Traceback" not in again.stderr
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A real socket listening on a free loopback port: the port is in use."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock
+
+
+def test_api_port_in_use_is_one_clear_line(listener: socket.socket, tmp_path: Path) -> None:
+    port = listener.getsockname()[1]
+    empty = tmp_path / "engines"  # nothing compiled: the check comes before any compile
+    result = _ttsvc("serve", "--port", str(port), "--metrics-port", "0", "--engines-dir",
+                    str(empty), cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"ttsvc serve: port {port} on 127.0.0.1 is in use: choose another with --port or "
+        "TTSVC_PORT"
+    ]
+    assert not empty.exists()
+
+
+def test_metrics_port_in_use_when_set_is_one_clear_line(
+    listener: socket.socket, tmp_path: Path
+) -> None:
+    port = listener.getsockname()[1]
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        api = str(free.getsockname()[1])  # let go before the server checks it
+    for how in (["--metrics-port", str(port)], []):
+        env = {} if how else {"TTSVC_METRICS_PORT": str(port)}
+        result = _ttsvc("serve", *how, "--port", api, "--engines-dir", str(tmp_path / "e"),
+                        cwd=tmp_path, env=env)  # fmt: skip
+        assert result.returncode == 1, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"port {port} on 127.0.0.1 is in use" in lines[0]
+        assert "--metrics-port" in lines[0]
+
+
+def test_default_engines_dir_is_the_same_from_any_directory(
+    default_version: EngineVersion, engines_root: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    shutil.copytree(engines_root, cache / "ttsvc" / "engines")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env: dict[str, str | None] = {"XDG_CACHE_HOME": str(cache), "TTSVC_ENGINES_DIR": None,
+                                  "TTSVC_COMPILE_DEFAULT_VOICE": "false"}  # fmt: skip
+    result = _ttsvc("synth", "Found from anywhere.", "-o", "hi.wav", cwd=elsewhere, env=env)
+    assert result.returncode == 0, result.stderr
+    assert (elsewhere / "hi.wav").is_file() and not (elsewhere / "engines").exists()
+    listed = _ttsvc("engines", "ls", cwd=tmp_path, env=env)
+    assert "* en_US-joe-medium v1" in listed.stdout
+
+
+@pytest.mark.slow
+def test_compile_prints_numbered_steps_and_an_estimate_first(tmp_path: Path) -> None:
+    result = _ttsvc("compile", "--output-dir", str(tmp_path / "engines"), "--split-at",
+                    "decoder", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert all(line.startswith("ttsvc compile: ") for line in lines), lines  # no JSON
+    steps = [re.search(r"step (\d+)/(\d+): (.*)", line) for line in lines]
+    numbered = [(int(m[1]), int(m[2]), m[3]) for m in steps if m]
+    assert [n for n, _, _ in numbered] == list(range(1, numbered[0][1] + 1))
+    estimate = next(i for i, line in enumerate(lines) if "print nothing until done" in line)
+    calibrate = next(i for i, line in enumerate(lines) if "frame context (about" in line)
+    assert estimate < calibrate
+    assert re.search(r"about \d+ s on this machine", lines[estimate])
+    assert result.stdout.startswith("published en_US-joe-medium version 1")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from platformdirs import user_cache_path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -26,9 +27,18 @@ from ttsvc.pool.cpus import (
 from ttsvc.synthesis import WindowSchedule
 
 DEFAULT_VOICE = "en_US-joe-medium"
+LogFormat = Literal["auto", "json", "console"]
 STREAMS_PER_THREAD = 20
 """Default stream slots per compute thread: about twice the real-time streams one core here
 computes, so a burst waits in a worker's queue for capacity instead of getting 429."""
+
+
+def default_engines_dir() -> Path:
+    """``engines`` under the user's cache directory (``$XDG_CACHE_HOME/ttsvc`` or
+    ``~/.cache/ttsvc`` on Linux, the platform's own elsewhere): compiled engines are derived
+    data that can be rebuilt, and a fixed place keeps one compile for every directory."""
+    return user_cache_path("ttsvc", appauthor=False) / "engines"
+
 
 
 class Settings(BaseSettings):
@@ -36,8 +46,10 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TTSVC_", extra="ignore")
 
-    engines_dir: Path = Path("engines")
-    """Root of the engine repository (a HostPath in Kubernetes)."""
+    engines_dir: Path = Field(default_factory=default_engines_dir)
+    """Root of the engine repository (a HostPath in Kubernetes; the image and the chart set it).
+    Default: the user's cache directory (``default_engines_dir``), the same from any working
+    directory, so ``ttsvc synth`` run elsewhere finds the engines ``ttsvc serve`` compiled."""
     voice: str = DEFAULT_VOICE
     """Voice used when a request names none."""
     threads: int = Field(1, ge=1, le=64)
@@ -137,6 +149,9 @@ class Settings(BaseSettings):
     compile_default_voice: bool = True
     """Compile the packaged default voice when the engines directory has none."""
     log_level: str = "info"
+    log_format: LogFormat = "auto"
+    """``auto``: human-readable lines when the log stream is a terminal, JSON lines otherwise
+    (a container, a pipe, a file: what Loki ingests); ``json`` or ``console`` force one."""
     api_keys_file: Path | None = None
     """Key file (``name sha256 [rpm=N] [audio_s_per_min=X]`` lines, e.g. a mounted Kubernetes
     Secret): when set, every route but ``/health`` and ``/live`` needs ``Authorization: Bearer``.
@@ -148,9 +163,10 @@ class Settings(BaseSettings):
     default_key_streams: int | None = Field(None, ge=1, le=1_000_000)
     """Concurrent streams for keys whose line sets none (unset: a fair share of the slots, see
     ``KeyRateLimiter.fair_share``)."""
-    api_docs: bool = True
+    api_docs: bool = False
     """Serve ``/docs``, ``/redoc`` and ``/openapi.json``; with API keys on they need a key like
-    every other route."""
+    every other route. Off by default: the Swagger and ReDoc pages load their scripts from a
+    public CDN, which a service should not make its users' browsers fetch unasked."""
     cors_origins: list[str] = Field(default_factory=list)
     """Browser origins allowed to call the API (``https://app.example.com``, or ``*``; in the
     environment a JSON list); empty: no CORS headers at all, so browsers on other origins are

@@ -219,3 +219,10 @@ class ClientClosedRequest(TTSError):
 
     status = 499
     type = "cancelled"
+
+
+class PortUnavailable(TTSError):
+    """``ttsvc serve`` cannot listen where it was told to (a start-up error, never an HTTP
+    answer: the message names the port and the flag that moves it)."""
+
+    type = "port_unavailable"

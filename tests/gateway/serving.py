@@ -35,17 +35,20 @@ class Server:
         env: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
         host: str | None = "127.0.0.1",
+        metrics_port: bool = True,
     ) -> None:
+        """``metrics_port=False``: leave the metrics port to the service's default."""
         self.port = _free_port()
         self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - open as long as the server
         self.url = f"http://127.0.0.1:{self.port}"
         self.metrics_port = _free_port()
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        metrics = ["--metrics-port", str(self.metrics_port)] if metrics_port else []
+        environ = {k: v for k, v in os.environ.items() if metrics_port or k != "TTSVC_METRICS_PORT"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ttsvc.cli", "serve", *(["--host", host] if host else []),
-             "--port", str(self.port), "--metrics-port", str(self.metrics_port),
-             "--engines-dir", str(engines), *args],
-            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+             "--port", str(self.port), *metrics, "--engines-dir", str(engines), *args],
+            stdout=self.log, stderr=subprocess.STDOUT, env={**environ, **(env or {})},
         )  # fmt: skip
         self.headers = headers or {}
         """Sent with every request of ``client`` (an API key, for a server that needs one)."""

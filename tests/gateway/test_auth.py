@@ -56,7 +56,7 @@ def server(
     default_version: EngineVersion, engines_root: Path, key_file: Path, keys: dict[str, str]
 ) -> Iterator[Server]:
     srv = Server(engines_root, "--workers", "1", "--api-keys-file", str(key_file),
-                 "--cors-origin", ORIGIN, headers=bearer(keys["alice"]))  # fmt: skip
+                 "--cors-origin", ORIGIN, "--api-docs", headers=bearer(keys["alice"]))  # fmt: skip
     srv.wait_ready(1)
     yield srv
     srv.stop()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import re
 import select
 import signal
+import socket
 import threading
 import wave
 from collections.abc import Iterator
@@ -17,6 +20,7 @@ import numpy as np
 import pytest
 
 from tests.gateway.serving import Server
+from ttsvc.config import Settings
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.synthesis import SynthesisParams, Synthesizer
 
@@ -298,3 +302,72 @@ def test_workers_exit_when_the_gateway_dies(
         for fd in pidfds:
             os.close(fd)
         srv.client.close()
+
+
+@pytest.fixture(scope="module")
+def default_metrics_server(
+    default_version: EngineVersion, engines_root: Path
+) -> Iterator[tuple[Server, int]]:
+    """A server left to the default metrics port while that port is taken (by this fixture, or
+    already by something else: taken either way)."""
+    default = Settings.model_fields["metrics_port"].default
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with contextlib.suppress(OSError):  # in use already: the case under test anyway
+            holder.bind(("127.0.0.1", default))
+            holder.listen()
+        srv = Server(engines_root, "--workers", "1", metrics_port=False)
+        try:
+            srv.wait_ready(1)
+            yield srv, default
+        finally:
+            srv.stop()
+
+
+def test_taken_default_metrics_port_falls_back_to_a_free_one(
+    default_metrics_server: tuple[Server, int],
+) -> None:
+    server, default = default_metrics_server
+    events = [json.loads(line) for line in server.log_lines() if line.startswith("{")]
+    taken = [e for e in events if e["event"] == "metrics_port_taken"]
+    assert len(taken) == 1 and taken[0]["taken"] == default
+    port = taken[0]["metrics_port"]
+    assert port != default
+    serving = next(e for e in events if e["event"] == "serving")
+    assert serving["metrics_port"] == port
+    scraped = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    assert scraped.status_code == 200 and "ttsvc_" in scraped.text
+    assert not any("Traceback" in line for line in server.log_lines())
+
+
+def test_api_docs_are_off_by_default(default_metrics_server: tuple[Server, int]) -> None:
+    server, _ = default_metrics_server
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        r = server.client.get(path)
+        assert r.status_code == 404 and r.json()["type"] == "not_found"
+
+
+def _readme_first_curl() -> tuple[str, dict[str, object]]:
+    """The route and JSON body of the first ``curl`` in the README's quick start."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    quick = readme.split("## Quick start", 1)[1]
+    command = re.search(r"^curl .*?(?<!\\)\n", quick, re.MULTILINE | re.DOTALL)
+    assert command is not None
+    text = command.group(0).replace("\\\n", " ")
+    route = re.search(r"localhost:\d+(/\S+)", text)
+    body = re.search(r"-d '([^']*)'", text)
+    assert route is not None and body is not None
+    return route.group(1), json.loads(body.group(1))
+
+
+def test_readme_first_curl_gives_a_wav_that_wave_reads_exactly(
+    default_metrics_server: tuple[Server, int],
+) -> None:
+    server, _ = default_metrics_server
+    route, body = _readme_first_curl()
+    response = server.client.post(route, json=body)
+    assert response.status_code == 200, response.text
+    with wave.open(io.BytesIO(response.content)) as wav:
+        frames, rate = wav.getnframes(), wav.getframerate()
+        assert len(wav.readframes(frames)) == 2 * frames == len(response.content) - 44
+    assert 1.0 < frames / rate < 6.0  # a short greeting, not hours

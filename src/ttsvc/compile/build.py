@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -71,6 +72,24 @@ CONTEXT_MARGIN = 4
 FLOAT_NOISE = 4e-6
 """A windowed-vs-one-shot error this small is float32 rounding (one PCM16 step is 3e-5): the
 context is exact and needs no margin. Measured: the vocoder's error is 1.9e-6 from 12 frames up."""
+
+
+CALIBRATION_COST = {"vocoder": 10.5, "flow": 8.5}
+"""Seconds each context calibration takes per second of the reference check before it: both
+run the same engines on the same canary sentences (the calibration in many windows), so their
+ratio carries over between machines better than any fixed number of seconds. Measured on the
+packaged voice, fp32 on CPU: an estimate for the user, not a bound."""
+
+
+class _Progress:
+    """Numbered steps for the compile's log, so a user sees where a minute goes."""
+
+    def __init__(self, log: Callable[[str], None], steps: int) -> None:
+        self.log, self.steps, self.done = log, steps, 0
+
+    def step(self, what: str) -> None:
+        self.done += 1
+        self.log(f"step {self.done}/{self.steps}: {what}")
 
 
 @dataclass(frozen=True)
@@ -226,8 +245,10 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
         opts.log("note: --max-batch applies to TensorRT profiles; CPU engines run batch 1")
     voice_raw = json.loads(opts.config.read_text(encoding="utf-8"))
     voice = VoiceConfig.from_piper(voice_raw)
+    calibrations = 2 if opts.split_at == "flow" else 1
+    progress = _Progress(opts.log, 4 + calibrations + (opts.quantize == "int8"))
+    progress.step(f"load {opts.checkpoint.name} and split it at the {opts.split_at} input")
     model = onnx.load(str(opts.checkpoint))
-    opts.log(f"splitting {opts.checkpoint.name} at the {opts.split_at} input")
     engines = split_model(model, opts.split_at)
     graphs = {ACOUSTIC_FILE: engines.acoustic, VOCODER_FILE: engines.vocoder}
     if engines.flow is not None:
@@ -237,16 +258,31 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
     version = repo.next_version(opts.voice)
     staging = repo.staging_dir(opts.voice)
     try:
+        progress.step("optimize the engines for ONNX Runtime")
         for filename, graph in graphs.items():
             _optimize(graph, staging / filename)
         (staging / VOICE_FILE).write_text(json.dumps(voice_raw, ensure_ascii=False, indent=1))
         chain = _Chain(staging)
+        progress.step("check the engines against the original graph")
+        started = time.perf_counter()
         reference = _checked_reference(opts, chain, model, voice)
+        reference_s = time.perf_counter() - started
+        stages = ["vocoder"] if chain.flow is None else ["vocoder", "flow"]
+        left = sum(CALIBRATION_COST[stage] for stage in stages) * reference_s
+        opts.log(f"the next {len(stages)} step(s) print nothing until done: about {left:.0f} s "
+                 "on this machine (estimated from the check just made)")  # fmt: skip
 
-        contexts = {"vocoder": calibrate_context(chain.vocoder, reference.frames, voice.hop_length)}
-        if chain.flow is not None:
-            contexts["flow"] = calibrate_context(chain.flow, reference.latents, 1, chain.vocoder)
-        for stage, ctx in contexts.items():
+        contexts: dict[str, FrameContext] = {}
+        for stage in stages:
+            progress.step(f"measure the {stage}'s frame context (about "
+                          f"{CALIBRATION_COST[stage] * reference_s:.0f} s)")  # fmt: skip
+            if stage == "vocoder":
+                contexts[stage] = calibrate_context(chain.vocoder, reference.frames,
+                                                    voice.hop_length)  # fmt: skip
+            elif chain.flow is not None:
+                contexts[stage] = calibrate_context(chain.flow, reference.latents, 1,
+                                                    chain.vocoder)  # fmt: skip
+            ctx = contexts[stage]
             opts.log(f"{stage} context: {ctx.left} left, {ctx.right} right")
 
         precision = {Path(name).stem: "fp32" for name in graphs}
@@ -255,6 +291,7 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
             return _publish_trt(opts, repo, staging, version, engines, chain, reference,
                                 contexts, voice, quality)  # fmt: skip
         if opts.quantize == "int8":
+            progress.step("quantize to int8 where the quality check passes")
             for filename in graphs:
                 engine = Path(filename).stem
                 db = _try_int8(staging, filename, reference, opts.min_snr_db)
@@ -265,6 +302,7 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
                 else:
                     opts.log(f"{engine}: int8 rejected ({db:.1f} dB < {opts.min_snr_db} dB), fp32")
 
+        progress.step("write the manifest, load the engines as a worker will, publish")
         files = {name: file_entry(staging / name) for name in [*graphs, VOICE_FILE]}
         manifest = _manifest(opts, version, precision, voice, contexts, files, engines.split,
                              {"onnx": onnx.__version__, **runtime_fingerprint()})  # fmt: skip

@@ -124,10 +124,25 @@ def append_key(path: Path, line: str) -> None:
     old = path.read_text(encoding="utf-8") if path.exists() else ""
     if old and not old.endswith("\n"):
         old += "\n"
+    _replace(path, old + line + "\n")
+
+
+def remove_key(path: Path, name: str) -> None:
+    """Drop the line of the key named ``name`` (comments and other lines stay as they are),
+    replacing the file whole like ``append_key``; a running server stops accepting the key at
+    its next reload."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [raw for raw in lines if raw.split("#", 1)[0].split()[:1] != [name]]
+    if len(kept) == len(lines):
+        raise KeyFileError(f"{path}: no key named {name!r}")
+    _replace(path, "".join(kept))
+
+
+def _replace(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(old + line + "\n")
+            out.write(text)
         Path(tmp).chmod(0o600)
         Path(tmp).replace(path)
     except BaseException:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import socket
 from types import FrameType
 
 import uvicorn
 
 from ttsvc.config import Settings
+from ttsvc.errors import PortUnavailable
 from ttsvc.gateway.app import GatewayState, QuietAborts, create_app
 from ttsvc.gateway.connections import ClientDeadlines, deadline_protocol
 from ttsvc.observability.logs import get_logger
@@ -79,6 +82,52 @@ class DrainingServer(uvicorn.Server):
                 connection.transport.abort()  # no terminator, no flush: an incomplete response
                 dropped += 1
         return dropped
+
+
+def _try_bind(host: str, port: int) -> int:
+    """Bind ``host:port`` as uvicorn and the metrics server will (SO_REUSEADDR, so a socket of
+    a previous run in TIME_WAIT does not count as taken) and let go; returns the bound port (the
+    one picked for port 0). Raises ``OSError`` where it cannot."""
+    family, kind, proto, _name, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        return int(sock.getsockname()[1])
+
+
+def _unavailable(host: str, port: int, flag: str, exc: OSError) -> PortUnavailable:
+    reason = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be used ({exc.strerror})"
+    return PortUnavailable(f"port {port} on {host} {reason}: choose another with {flag}")
+
+
+def claim_ports(settings: Settings) -> Settings:
+    """Check, before anything slow starts, that the API and metrics ports can be listened on.
+
+    A taken API port is an error (clients need to know where the service is); so is a taken
+    metrics port that was set (flag or environment), since a scraper is pointed at it. A taken
+    default metrics port falls back to a free one, logged, so a second instance on a workstation
+    just works. Returns the settings to serve with. The ports are let go again: another process
+    could take one in between, which uvicorn or the metrics server then report themselves.
+    """
+    try:
+        _try_bind(settings.host, settings.port)
+    except OSError as exc:
+        raise _unavailable(settings.host, settings.port, "--port or TTSVC_PORT", exc) from None
+    if not settings.metrics_port:
+        return settings
+    try:
+        _try_bind(settings.host, settings.metrics_port)
+    except OSError as exc:
+        if "metrics_port" in settings.model_fields_set or exc.errno != errno.EADDRINUSE:
+            flag = "--metrics-port or TTSVC_METRICS_PORT (0: off)"
+            raise _unavailable(settings.host, settings.metrics_port, flag, exc) from None
+        free = _try_bind(settings.host, 0)
+        log.warning("metrics_port_taken", taken=settings.metrics_port, metrics_port=free,
+                    hint="set --metrics-port to choose one")  # fmt: skip
+        return settings.model_copy(update={"metrics_port": free})
+    return settings
 
 
 def serve(settings: Settings, voice: str) -> int:

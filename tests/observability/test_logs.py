@@ -1,0 +1,98 @@
+"""Log format: readable lines for a person at a terminal, JSON lines for everything else."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pty
+import select
+import tempfile
+from collections.abc import Iterator
+from typing import TextIO
+
+import pytest
+import structlog
+
+from ttsvc.observability.logs import configure_logging, get_logger
+
+FIELDS = {"uid": "req-7", "qsize": 3, "latency": 0.125, "text_len": 42}
+"""Fields the dashboards' Loki queries read."""
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.reset_defaults()
+    root.handlers[:], root.level = handlers, level
+
+
+@pytest.fixture
+def terminal() -> Iterator[tuple[TextIO, int]]:
+    """A real pseudo-terminal: the stream end a process writes to, and the end a screen reads."""
+    screen, tty = pty.openpty()
+    with os.fdopen(tty, "w", buffering=1) as stream:
+        yield stream, screen
+    os.close(screen)
+
+
+def _emit() -> None:
+    get_logger("gateway").info("request_done", **FIELDS)
+    logging.getLogger("uvicorn.error").info("Started server process")
+
+
+def _screen(screen: int, count: int = 2) -> list[str]:
+    """The next ``count`` lines on the terminal (a pty may hand them over in pieces)."""
+    text = ""
+    while text.count("\n") < count:
+        ready, _, _ = select.select([screen], [], [], 10)
+        assert ready, f"the terminal showed only {text!r}"
+        text += os.read(screen, 65536).decode()
+    return [line for line in text.replace("\r", "").splitlines() if line]
+
+
+def _json_lines(lines: list[str]) -> list[dict[str, object]]:
+    return [json.loads(line) for line in lines]
+
+
+def test_a_terminal_gets_readable_lines(terminal: tuple[TextIO, int]) -> None:
+    stream, screen = terminal
+    configure_logging("info", stream)
+    _emit()
+    lines = _screen(screen)
+    assert len(lines) == 2
+    for line in lines:
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(line)
+    assert "request_done" in lines[0] and "\x1b[" in lines[0]  # colored for the screen
+    for name in FIELDS:
+        assert name in lines[0]
+    assert "Started server process" in lines[1]
+
+
+def test_a_file_gets_json_with_the_dashboards_fields() -> None:
+    with tempfile.TemporaryFile("w+") as stream:
+        configure_logging("info", stream)
+        _emit()
+        stream.seek(0)
+        done, started = _json_lines(stream.read().splitlines())
+    assert done["event"] == "request_done" and done["component"] == "gateway"
+    assert {k: done[k] for k in FIELDS} == FIELDS
+    assert started["event"] == "Started server process" and started["logger"] == "uvicorn.error"
+
+
+def test_the_setting_forces_either_format(terminal: tuple[TextIO, int]) -> None:
+    stream, screen = terminal
+    configure_logging("info", stream, "json")
+    _emit()
+    done = _json_lines(_screen(screen))[0]
+    assert {k: done[k] for k in FIELDS} == FIELDS
+    with tempfile.TemporaryFile("w+") as file:
+        configure_logging("info", file, "console")
+        _emit()
+        file.seek(0)
+        lines = file.read().splitlines()
+    assert len(lines) == 2 and "request_done" in lines[0] and "uid=req-7" in lines[0]
+    assert not lines[0].startswith("{")
