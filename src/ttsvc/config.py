@@ -40,7 +40,6 @@ def default_engines_dir() -> Path:
     return user_cache_path("ttsvc", appauthor=False) / "engines"
 
 
-
 class Settings(BaseSettings):
     """Runtime settings shared by ``ttsvc synth`` and ``ttsvc serve``."""
 
