@@ -633,6 +633,9 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> bool:
     colors: dict[str, str | None] = {"ttsvc": "tab:blue", "piper": "tab:orange",
                                      "traditional": "tab:gray", "ttsvc-legacy": "tab:purple",
                                      "ttsvc-2x1": "tab:green"}  # fmt: skip
+    spare = iter(["tab:red", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "black"])
+    for system in sorted({r["system"] for r in rows} - colors.keys()):
+        colors[system] = next(spare, None)  # variants: a colour each, none shared
     for system in sorted({r["system"] for r in rows}):
         mine = sorted((r for r in rows if r["system"] == system and r["kind"] == "closed"),
                       key=lambda r: r["level"])  # fmt: skip
