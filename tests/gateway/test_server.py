@@ -371,3 +371,18 @@ def test_readme_first_curl_gives_a_wav_that_wave_reads_exactly(
         frames, rate = wav.getnframes(), wav.getframerate()
         assert len(wav.readframes(frames)) == 2 * frames == len(response.content) - 44
     assert 1.0 < frames / rate < 6.0  # a short greeting, not hours
+
+
+def test_a_forced_log_format_holds_for_the_workers_too(engines_root: Path) -> None:
+    """``--log-format console`` into a file (JSON by default there): the workers, which write
+    to the same stdout, follow the gateway's setting instead of deciding for themselves."""
+    srv = Server(engines_root, "--workers", "1", "--log-format", "console")
+    try:
+        srv.wait_ready(1)
+        assert srv.synth("One line from the worker, please.", stream=False).status_code == 200
+        lines = srv.log_lines()
+    finally:
+        srv.stop()
+    done = [line for line in lines if "stream_done" in line]
+    assert done, "\n".join(lines[-15:])  # the worker's own line, written before its last chunk
+    assert not [line for line in lines if line.lstrip().startswith("{")], "\n".join(lines[-15:])

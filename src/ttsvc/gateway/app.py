@@ -235,7 +235,8 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
                               settings.worker_start_timeout_s,
                               settings.worker_silence_timeout_s,
                               ComputePlan(settings.compute_threads, settings.scheduler,
-                                          settings.realtime_load))  # fmt: skip
+                                          settings.realtime_load),
+                              log_format=settings.log_format)  # fmt: skip
             pool = WorkerPool(spec, settings.workers, balancer, loop, state.metrics)
             state.pool = pool
             pool.start()

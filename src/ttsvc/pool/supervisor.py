@@ -66,6 +66,9 @@ class WorkerSpec:
     """No message for this long from a READY worker: killed (a hung worker never sends EOF)."""
     plan: ComputePlan = field(default_factory=ComputePlan)
     """Scheduler, compute threads and admission limit of each worker."""
+    log_format: str = "auto"
+    """The gateway's log format, so a forced one (``json`` to a terminal, ``console`` to a
+    file) holds for the workers' lines too: they write to the same stdout."""
 
 
 def _rate(value: float) -> float:
@@ -206,7 +209,8 @@ class WorkerPool:
         process = self._ctx.Process(
             target=run_worker,
             args=(wid, spec.engine, spec.threads, spec.schedule,
-                  spec.max_sentence_chars, spec.multiplex, child, spec.log_level, spec.plan),
+                  spec.max_sentence_chars, spec.multiplex, child, spec.log_level, spec.plan,
+                  spec.log_format),
             name=f"ttsvc-worker-{wid}",
             daemon=True,
         )  # fmt: skip

@@ -100,13 +100,14 @@ def run_worker(
     conn: Connection,
     log_level: str = "info",
     plan: ComputePlan | None = None,
+    log_format: str = "auto",
 ) -> None:
     """Process target (spawned). Returns when the gateway says so or its pipe closes."""
     # the gateway owns shutdown: a Ctrl-C in the terminal, or a SIGTERM sent to the whole
     # process group (systemd, tini -g), must not kill workers while the gateway drains
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    configure_logging(log_level, sys.stdout)
+    configure_logging(log_level, sys.stdout, log_format)
     structlog.contextvars.bind_contextvars(worker=worker_id)
     plan = plan or ComputePlan()
     heap = Heap()
