@@ -25,7 +25,14 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    Response,
+    StreamingResponse,
+)
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import start_http_server
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
@@ -69,6 +76,15 @@ from ttsvc.repository.cache import EngineCache
 from ttsvc.worker.process import ComputePlan
 
 log = get_logger("gateway")
+
+STATIC = Path(__file__).with_name("static")
+"""The try-it page's files (package data): served by the service itself, no CDN."""
+PAGE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "media-src 'self' blob:; img-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+"""The page talks to its own origin only; its audio element plays blobs the page made."""
 
 
 class SynthesizeRequest(BaseModel):
@@ -374,6 +390,16 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         @app.get("/redoc", dependencies=guarded, include_in_schema=False)
         async def redoc() -> HTMLResponse:
             return get_redoc_html(openapi_url="/openapi.json", title="ttsvc")
+
+    # the page is static and holds no secret: public even with keys on (it asks for the key and
+    # sends it with its own requests)
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8",
+                            headers={"Content-Security-Policy": PAGE_POLICY,
+                                     "X-Content-Type-Options": "nosniff"})  # fmt: skip
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/live")
     async def live() -> dict[str, str]:

@@ -1,0 +1,194 @@
+// The try-it page: same-origin requests only, relative URLs (so the page also works behind a
+// reverse proxy that mounts the service under a path), no libraries.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const result = $("result");
+let audioContext = null;
+let objectUrl = null;
+
+function headers(json) {
+  const h = json ? { "content-type": "application/json" } : {};
+  const key = $("key").value.trim();
+  if (key) h.authorization = `Bearer ${key}`;
+  return h;
+}
+
+function showError(message) {
+  $("error").textContent = message;
+  $("error").hidden = false;
+  result.dataset.state = "error";
+}
+
+// The API answers every refusal with {error, type, field?}: show all three as they are.
+async function apiError(response) {
+  let body = null;
+  try {
+    body = await response.json();
+  } catch {
+    return `HTTP ${response.status}`;
+  }
+  const err = body.error && typeof body.error === "object" ? body.error : body; // OpenAI shape too
+  const field = err.field || err.param;
+  return `${response.status} ${err.type}: ${err.error || err.message}${field ? ` (field: ${field})` : ""}`;
+}
+
+async function loadVoices() {
+  const select = $("voice");
+  const response = await fetch("voices", { headers: headers(false) });
+  if (!response.ok) {
+    showError(`could not list voices: ${await apiError(response)}`);
+    return;
+  }
+  const previous = select.value;
+  select.replaceChildren();
+  for (const voice of (await response.json()).voices) {
+    const option = document.createElement("option");
+    option.value = voice.name;
+    option.textContent = voice.language ? `${voice.name} (${voice.language})` : voice.name;
+    select.append(option);
+  }
+  if (previous) select.value = previous;
+  if (!select.value && select.options.length) select.selectedIndex = 0;
+  $("error").hidden = true;
+  result.dataset.state = "idle";
+}
+
+function progress(bytes, samples) {
+  result.dataset.bytes = String(bytes);
+  result.dataset.samples = String(samples);
+  $("received").textContent = samples
+    ? `${bytes} bytes, ${(samples / Number(result.dataset.rate)).toFixed(2)} s of audio`
+    : `${bytes} bytes`;
+}
+
+function firstAudio(started) {
+  const ms = performance.now() - started;
+  result.dataset.ttfaMs = ms.toFixed(0);
+  $("ttfa").textContent = `${ms.toFixed(0)} ms`;
+}
+
+// format=pcm: 16-bit little-endian mono, played chunk by chunk as it arrives.
+async function playPcm(response, started) {
+  const rate = Number(response.headers.get("x-sample-rate"));
+  result.dataset.rate = String(rate);
+  const reader = response.body.getReader();
+  let playAt = 0;
+  let carry = null; // an odd byte left over from the previous chunk
+  let bytes = 0;
+  let samples = 0;
+  let played = 0;
+  result.dataset.played = "0";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (!value.length) continue;
+    if (bytes === 0) firstAudio(started);
+    bytes += value.length;
+    let data = value;
+    if (carry !== null) {
+      data = new Uint8Array(value.length + 1);
+      data[0] = carry;
+      data.set(value, 1);
+      carry = null;
+    }
+    if (data.length % 2) {
+      carry = data[data.length - 1];
+      data = data.subarray(0, data.length - 1);
+    }
+    const count = data.length / 2;
+    if (!count) continue;
+    const view = new DataView(data.buffer, data.byteOffset, data.length);
+    const buffer = audioContext.createBuffer(1, count, rate);
+    const channel = buffer.getChannelData(0);
+    for (let i = 0; i < count; i++) channel[i] = view.getInt16(2 * i, true) / 32768;
+    const source = audioContext.createBufferSource();
+    source.buffer = buffer;
+    source.connect(audioContext.destination);
+    source.onended = () => {
+      // what the audio clock actually got through, not just what arrived
+      played += count;
+      result.dataset.played = String(played);
+    };
+    playAt = Math.max(playAt, audioContext.currentTime + 0.05);
+    source.start(playAt);
+    playAt += buffer.duration;
+    samples += count;
+    progress(bytes, samples);
+  }
+}
+
+// Other formats: the browser's decoder needs the whole file, so collect it, then play it.
+async function playWhole(response, started) {
+  const reader = response.body.getReader();
+  const parts = [];
+  let bytes = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (!value.length) continue;
+    if (bytes === 0) firstAudio(started);
+    bytes += value.length;
+    parts.push(value);
+    progress(bytes, 0);
+  }
+  const type = (response.headers.get("content-type") || "").split(";")[0];
+  if (objectUrl) URL.revokeObjectURL(objectUrl);
+  objectUrl = URL.createObjectURL(new Blob(parts, { type }));
+  const player = $("player");
+  player.src = objectUrl;
+  player.hidden = false;
+  player.play().catch(() => {}); // autoplay may be refused: the controls are there
+}
+
+async function speak(event) {
+  event.preventDefault();
+  const button = $("speak");
+  button.disabled = true;
+  $("error").hidden = true;
+  $("ttfa").textContent = "-";
+  $("received").textContent = "-";
+  $("player").hidden = true;
+  delete result.dataset.ttfaMs;
+  result.dataset.state = "waiting";
+  progress(0, 0);
+  const format = $("format").value;
+  const body = {
+    text: $("text").value,
+    format,
+    speed: Number($("speed").value),
+  };
+  if ($("voice").value) body.voice = $("voice").value;
+  if ($("rate").value) body.sample_rate = Number($("rate").value);
+  if (format === "pcm") {
+    // created in the click's handler: browsers only let a user gesture start audio
+    audioContext = audioContext || new AudioContext();
+    await audioContext.resume();
+  }
+  const started = performance.now();
+  try {
+    const response = await fetch("synthesize", {
+      method: "POST",
+      headers: headers(true),
+      body: JSON.stringify(body),
+    });
+    if (!response.ok) {
+      showError(await apiError(response));
+      return;
+    }
+    result.dataset.state = "streaming";
+    await (format === "pcm" ? playPcm(response, started) : playWhole(response, started));
+    result.dataset.state = "done";
+  } catch (err) {
+    showError(`request failed: ${err}`);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+$("speak-form").addEventListener("submit", speak);
+$("speed").addEventListener("input", () => {
+  $("speed-value").textContent = Number($("speed").value).toFixed(2);
+});
+$("key").addEventListener("change", loadVoices);
+loadVoices();
