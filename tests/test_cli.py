@@ -56,6 +56,20 @@ def test_synth_nothing_to_say_is_a_clear_error(engines_root: Path, tmp_path: Pat
     assert "Traceback" not in result.stderr
 
 
+def test_synth_text_the_voice_cannot_speak_is_a_clear_error(
+    engines_root: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.wav"
+    result = _ttsvc("synth", "你好，世界。", "-o", str(out), "--engines-dir", str(engines_root),
+                    cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1
+    assert "voice en_US-joe-medium speaks English (en-us); the text has Han letters" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+
+
 def test_synth_bad_speed_is_a_clear_error(engines_root: Path, tmp_path: Path) -> None:
     result = _ttsvc("synth", "Hi.", "--speed", "0", "--engines-dir", str(engines_root),
                     cwd=tmp_path)  # fmt: skip

@@ -59,6 +59,13 @@ class UnspeakableText(InvalidParameter):
     type = "unspeakable_text"
 
 
+class UnsupportedScript(InvalidParameter):
+    """The text has letters of a script the voice's language does not speak (Chinese to an
+    English voice): refused rather than read out as letter names."""
+
+    type = "unsupported_script"
+
+
 class AudioTooLong(InvalidParameter):
     """The text would make more audio than the configured cap: refused before any audio."""
 

@@ -43,9 +43,12 @@ class VoiceConfig(BaseModel):
     hop_length: int = HOP_LENGTH
     """Samples per latent frame."""
     num_speakers: int = 1
+    name: str = ""
+    """The voice's name in the engines directory, for messages; empty where the config was read
+    without one."""
 
     @classmethod
-    def from_piper(cls, data: dict[str, object]) -> VoiceConfig:
+    def from_piper(cls, data: dict[str, object], name: str = "") -> VoiceConfig:
         """Build from the JSON a Piper voice ships (``<voice>.onnx.json``)."""
         audio = data.get("audio", {})
         espeak = data.get("espeak", {})
@@ -60,6 +63,7 @@ class VoiceConfig(BaseModel):
                 "phoneme_id_map": data.get("phoneme_id_map", {}),
                 "inference": data.get("inference", {}),
                 "num_speakers": data.get("num_speakers", 1),
+                "name": name,
             }
         )
 

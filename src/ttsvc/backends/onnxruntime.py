@@ -189,7 +189,8 @@ def assemble(source: EngineSource, threads: int) -> EngineSet:
     for name in (ACOUSTIC_FILE, VOCODER_FILE, VOICE_FILE):
         if name not in manifest.files:
             raise EngineError(f"{directory}: manifest does not list {name}")
-    voice = VoiceConfig.from_piper(json.loads(source.read(VOICE_FILE).decode("utf-8")))
+    voice = VoiceConfig.from_piper(json.loads(source.read(VOICE_FILE).decode("utf-8")),
+                                  manifest.voice)
 
     def load(name: str) -> tuple[ort.InferenceSession, str | None]:
         with source.open_file(name) as handle:

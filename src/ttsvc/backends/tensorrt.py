@@ -605,7 +605,8 @@ def assemble(source: EngineSource, threads: int = 1) -> EngineSet:
     for name in (VOCODER_PLAN, ortb.VOICE_FILE):
         if name not in manifest.files:
             raise EngineError(f"{directory}: manifest does not list {name}")
-    voice = VoiceConfig.from_piper(json.loads(source.read(ortb.VOICE_FILE).decode("utf-8")))
+    voice = VoiceConfig.from_piper(json.loads(source.read(ortb.VOICE_FILE).decode("utf-8")),
+                                  manifest.voice)
     hop = manifest.hop_length
 
     def plan(name: str) -> TrtEngine:

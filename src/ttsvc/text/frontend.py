@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ttsvc.errors import NothingToSay
 from ttsvc.text.normalize import require_speakable
 from ttsvc.text.phonemize import phoneme_ids, phonemize
+from ttsvc.text.script import require_script
 from ttsvc.text.segment import split_sentences
 from ttsvc.voice import VoiceConfig
 
@@ -35,7 +36,12 @@ class TextFrontEnd:
         self.max_sentence_chars = max_sentence_chars
 
     def sentences(self, text: str) -> list[Sentence]:
-        """All sentences of ``text``; raises ``NothingToSay`` when none has a phoneme to say."""
+        """All sentences of ``text``; raises ``NothingToSay`` when none has a phoneme to say and
+        ``UnsupportedScript`` when it has letters the voice's language cannot speak.
+
+        The script is judged on the text as sent: normalization writes English words for numbers
+        and symbols, which must not count against a voice of another language."""
+        require_script(text, self.voice)
         normalized = require_speakable(text)
         out: list[Sentence] = []
         for piece in split_sentences(normalized, self.max_sentence_chars):
