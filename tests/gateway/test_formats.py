@@ -4,8 +4,6 @@ Every whole response body is read back as clients read it, by ``soundfile.read``
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -15,7 +13,6 @@ import soundfile as sf
 from tests.audio.decoding import decode, decode_both, decode_prefix, rms, ulaw_to_pcm
 from tests.gateway.serving import Server
 from ttsvc.audio.encode import FORMATS
-from ttsvc.repository.layout import EngineVersion
 
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
 TEXT = "Every format carries the same sentence."
@@ -23,14 +20,6 @@ CASES = [(name, rate) for name, fmt in FORMATS.items() for rate in fmt.rates]
 STREAMING = [name for name, fmt in FORMATS.items() if fmt.streams]
 MEDIA = {"wav": "audio/wav", "pcm": "audio/L16", "mulaw": "audio/basic", "mp3": "audio/mpeg",
          "opus": "audio/ogg;codecs=opus", "flac": "audio/flac"}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def server(default_version: EngineVersion, engines_root: Path) -> Iterator[Server]:
-    srv = Server(engines_root, "--workers", "1")
-    srv.wait_ready(1)
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -9,29 +9,18 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import numpy as np
-import pytest
 
 from tests.gateway.serving import Server
-from ttsvc.repository.layout import EngineVersion
 from ttsvc.text.poison import NEIGHBOURS, POISON
 
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
 LONG_TEXT = (
     "This stream shares its worker with every poisoned request, and it has to arrive whole. "
 ) * 40
-
-
-@pytest.fixture(scope="module")
-def server(default_version: EngineVersion, engines_root: Path) -> Iterator[Server]:
-    srv = Server(engines_root, "--workers", "1")
-    srv.wait_ready(1)
-    yield srv
-    srv.stop()
 
 
 def _pcm(body: bytes) -> np.ndarray:  # type: ignore[type-arg]

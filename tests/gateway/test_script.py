@@ -3,23 +3,9 @@ APIs, from the worker that was asked, which goes on serving."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from tests.gateway.serving import Server
-from ttsvc.repository.layout import EngineVersion
 
 ENGLISH = "voice en_US-joe-medium speaks English (en-us)"
-
-
-@pytest.fixture(scope="module")
-def server(default_version: EngineVersion, engines_root: Path) -> Iterator[Server]:
-    srv = Server(engines_root, "--workers", "1")
-    srv.wait_ready(1)
-    yield srv
-    srv.stop()
 
 
 def test_text_in_a_script_the_voice_cannot_speak_is_a_422_naming_its_language(

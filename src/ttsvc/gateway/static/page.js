@@ -68,22 +68,31 @@ function firstAudio(started) {
   $("ttfa").textContent = `${ms.toFixed(0)} ms`;
 }
 
+// The response's non-empty chunks as they arrive; the first one marks the time to first audio.
+async function* arriving(response, started) {
+  const reader = response.body.getReader();
+  let first = true;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return;
+    if (!value.length) continue;
+    if (first) firstAudio(started);
+    first = false;
+    yield value;
+  }
+}
+
 // format=pcm: 16-bit little-endian mono, played chunk by chunk as it arrives.
 async function playPcm(response, started) {
   const rate = Number(response.headers.get("x-sample-rate"));
   result.dataset.rate = String(rate);
-  const reader = response.body.getReader();
   let playAt = 0;
   let carry = null; // an odd byte left over from the previous chunk
   let bytes = 0;
   let samples = 0;
   let played = 0;
   result.dataset.played = "0";
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    if (!value.length) continue;
-    if (bytes === 0) firstAudio(started);
+  for await (const value of arriving(response, started)) {
     bytes += value.length;
     let data = value;
     if (carry !== null) {
@@ -120,14 +129,9 @@ async function playPcm(response, started) {
 
 // Other formats: the browser's decoder needs the whole file, so collect it, then play it.
 async function playWhole(response, started) {
-  const reader = response.body.getReader();
   const parts = [];
   let bytes = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    if (!value.length) continue;
-    if (bytes === 0) firstAudio(started);
+  for await (const value of arriving(response, started)) {
     bytes += value.length;
     parts.push(value);
     progress(bytes, 0);
