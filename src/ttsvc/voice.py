@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 HOP_LENGTH = 256
 """Samples per latent frame of Piper's VITS voices (the product of the HiFi-GAN upsample rates)."""
+VOICE_FILE = "voice.json"
+"""The voice's Piper config, kept verbatim in every engine version directory."""
 
 
 class InferenceDefaults(BaseModel):
@@ -74,3 +76,32 @@ class VoiceConfig(BaseModel):
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: not a JSON object")
         return cls.from_piper(raw)
+
+
+def describe(data: dict[str, object]) -> dict[str, object]:
+    """What ``GET /voices`` tells a client about a voice, from its Piper config: its language
+    (the config's own ``language`` block where the voice has one, else the espeak-ng voice), its
+    sample rate and quality, and its speakers by name (multi-speaker voices map names to ids).
+
+    Why: a client choosing among voices needs these without downloading the config; fields the
+    config lacks are ``None`` rather than guessed.
+    """
+
+    def block(key: str) -> dict[str, object]:
+        value = data.get(key)
+        return value if isinstance(value, dict) else {}
+
+    audio, espeak, language = block("audio"), block("espeak"), block("language")
+    speakers = block("speaker_id_map")
+    count = data.get("num_speakers")
+    return {
+        "language": {
+            "code": language.get("code"),
+            "name": language.get("name_english"),
+            "espeak_voice": espeak.get("voice"),
+        },
+        "sample_rate": audio.get("sample_rate"),
+        "quality": audio.get("quality"),
+        "num_speakers": count if isinstance(count, int) else max(1, len(speakers)),
+        "speakers": sorted(speakers, key=lambda name: (speakers[name], name)),
+    }

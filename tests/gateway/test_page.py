@@ -72,7 +72,7 @@ def browser(tmp_path: Path) -> Iterator[WebDriver]:
     options.binary_location = str(CHROMIUM)
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--window-size=900,720",
+                 "--disable-component-update", "--disable-sync", "--window-size=900,960",
                  "--autoplay-policy=no-user-gesture-required",
                  f"--user-data-dir={tmp_path / 'profile'}"):  # fmt: skip
         options.add_argument(flag)
@@ -99,6 +99,7 @@ def test_the_page_streams_speech_and_shows_api_errors(server: Server, browser: W
     wait.until(lambda _: len(voice.options) > 0)
     names = [v["name"] for v in server.client.get("/voices").json()["voices"]]
     assert [o.get_attribute("value") for o in voice.options] == names
+    assert voice.options[0].text == "en_US-joe-medium (English)"  # the language /voices gives
 
     # a bad choice: µ-law at 22050 Hz; the page shows the API's own error, not a generic one
     text = browser.find_element(By.ID, "text")

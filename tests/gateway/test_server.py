@@ -137,7 +137,11 @@ def test_health_live_voices(server: Server) -> None:
     health = server.client.get("/health").json()
     assert health["status"] == "ok" and 0 <= health["score"] <= 100
     assert server.client.get("/live").json() == {"status": "ok"}
-    assert server.client.get("/voices").json()["voices"][0]["name"] == "en_US-joe-medium"
+    voice = server.client.get("/voices").json()["voices"][0]
+    assert voice["name"] == "en_US-joe-medium" and voice["state"] == "serving"
+    assert voice["language"] == {"code": "en_US", "name": "English", "espeak_voice": "en-us"}
+    assert voice["sample_rate"] == 22050 and voice["quality"] == "medium"
+    assert voice["num_speakers"] == 1 and voice["speakers"] == []
 
 
 def test_killed_worker_fails_only_its_streams_and_comes_back(

@@ -19,12 +19,11 @@ from ttsvc.backends.base import EngineSet, EngineSource, FloatArray, IntArray
 from ttsvc.errors import EngineError
 from ttsvc.protocol import EngineSpec
 from ttsvc.repository.manifest import Manifest, cpu_fingerprint
-from ttsvc.voice import VoiceConfig
+from ttsvc.voice import VOICE_FILE, VoiceConfig
 
 ACOUSTIC_FILE = "acoustic.onnx"
 FLOW_FILE = "flow.onnx"
 VOCODER_FILE = "vocoder.onnx"
-VOICE_FILE = "voice.json"
 
 
 def session_options(threads: int, optimize: bool = False) -> ort.SessionOptions:

@@ -41,7 +41,7 @@ from ttsvc.backends.base import EngineSet, EngineSource, FloatArray, IntArray, r
 from ttsvc.compile.profiles import TensorProfile
 from ttsvc.errors import BackendUnavailable, EngineError, GraphShapeError, TextTooLong
 from ttsvc.repository.manifest import Manifest
-from ttsvc.voice import VoiceConfig
+from ttsvc.voice import VOICE_FILE, VoiceConfig
 
 ACOUSTIC_PLAN = "acoustic.plan"
 FLOW_PLAN = "flow.plan"
@@ -602,10 +602,10 @@ def assemble(source: EngineSource, threads: int = 1) -> EngineSet:
     check_trt_fingerprint(directory, manifest, trt_fingerprint())
     if ortb.ACOUSTIC_FILE in manifest.files:
         ortb.check_fingerprint(directory, manifest)
-    for name in (VOCODER_PLAN, ortb.VOICE_FILE):
+    for name in (VOCODER_PLAN, VOICE_FILE):
         if name not in manifest.files:
             raise EngineError(f"{directory}: manifest does not list {name}")
-    voice = VoiceConfig.from_piper(json.loads(source.read(ortb.VOICE_FILE).decode("utf-8")),
+    voice = VoiceConfig.from_piper(json.loads(source.read(VOICE_FILE).decode("utf-8")),
                                   manifest.voice)
     hop = manifest.hop_length
 

@@ -25,7 +25,6 @@ from ttsvc.backends.onnxruntime import (
     ACOUSTIC_FILE,
     FLOW_FILE,
     VOCODER_FILE,
-    VOICE_FILE,
     OrtAcoustic,
     OrtFlow,
     OrtVocoder,
@@ -47,7 +46,7 @@ from ttsvc.repository.manifest import (
 )
 from ttsvc.synthesis import WindowSchedule
 from ttsvc.text.frontend import TextFrontEnd
-from ttsvc.voice import HOP_LENGTH, VoiceConfig
+from ttsvc.voice import HOP_LENGTH, VOICE_FILE, VoiceConfig
 
 Precision = Literal["fp32", "fp16", "int8"]
 Backend = Literal["ort", "trt"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 import shutil
 import tempfile
@@ -40,6 +41,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ttsvc.audio.encode import FORMATS, Encoder, OutputFormat
 from ttsvc.audio.resample import SUPPORTED_RATES
+from ttsvc.backends.base import EngineSource
 from ttsvc.balancer import HeatScoreBalancer
 from ttsvc.config import Settings
 from ttsvc.errors import (
@@ -73,6 +75,7 @@ from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.pool.supervisor import Mailbox, WorkerPool, WorkerSpec
 from ttsvc.protocol import AudioChunkMsg, EngineSpec, StreamDone, StreamError, SynthesisJob
 from ttsvc.repository.cache import EngineCache
+from ttsvc.voice import VOICE_FILE, describe
 from ttsvc.worker.process import ComputePlan
 
 log = get_logger("gateway")
@@ -419,6 +422,17 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             {"status": "ok", "score": round(balancer.pool_score(), 2), "inflight": state.inflight}
         )
 
+    described: dict[str, dict[str, object]] = {}
+    """Each served engine version's voice details, by label (read once, off the event loop)."""
+
+    async def details(spec: EngineSpec | None) -> dict[str, object]:
+        if spec is None:
+            return {}
+        if spec.label not in described:
+            raw = await asyncio.to_thread(EngineSource.from_spec(spec).read, VOICE_FILE)
+            described[spec.label] = describe(json.loads(raw.decode("utf-8")))
+        return described[spec.label]
+
     @app.get("/voices", dependencies=guarded)
     async def voices() -> dict[str, object]:
         pool, swapper = state.pool, state.swapper
@@ -438,7 +452,11 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             if swapper
             else [],
         }
-        return {"voices": [{"name": state.voice, "engine_versions": serving, "engines": engines}]}
+        current = swapper.current if swapper else None
+        voice = {"name": state.voice, **await details(current),
+                 "state": "serving" if serving else "loading" if current else "no_engine",
+                 "engine_versions": serving, "engines": engines}  # fmt: skip
+        return {"voices": [voice]}
 
     @app.post("/synthesize", dependencies=guarded)
     async def synthesize(body: SynthesizeRequest, request: Request) -> Response:

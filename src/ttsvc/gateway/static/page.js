@@ -45,7 +45,8 @@ async function loadVoices() {
   for (const voice of (await response.json()).voices) {
     const option = document.createElement("option");
     option.value = voice.name;
-    option.textContent = voice.language ? `${voice.name} (${voice.language})` : voice.name;
+    const language = voice.language && (voice.language.name || voice.language.code);
+    option.textContent = language ? `${voice.name} (${language})` : voice.name;
     select.append(option);
   }
   if (previous) select.value = previous;
