@@ -18,8 +18,9 @@ Three rules keep streams playing:
   slower steps run now (cores shared with the gateway and clients).
 * **A fresh stream is due ``first_audio_s`` after it arrived**, so its first window goes before
   running streams that still have more audio buffered than that, and after those that do not.
-* **Admission by real-time capacity.** Each admitted stream still computing needs one audio
-  second per second; the process knows how many it can compute (``Capacity``: measured at start,
+* **Admission by real-time capacity.** An admitted stream needs up to one audio second per
+  second: less when it is ahead of its listener (what it has left, spread over the time its
+  buffer buys); the process knows how many it can compute (``Capacity``: measured at start,
   kept current from the real cost of every step). A new stream that would push demand past
   ``load_limit`` x capacity waits, oldest first (the key with the fewest admitted streams
   first, so one key's burst cannot hold every place), and its time to first audio grows instead
@@ -63,6 +64,13 @@ DELIVERY_S = 0.03
 gateway's event loop and the socket take about this long on a loaded machine."""
 CAPACITY_MEMORY = 200
 """Steps over which the measured capacity averages (exponentially): a few seconds of work."""
+AUDIO_PER_CHAR_S = 0.07
+"""Seconds of audio per character of English text at speed 1, until the worker measures it."""
+AUDIO_PER_CHAR_MEMORY = 50
+"""Finished streams over which the audio per character averages (exponentially)."""
+MIN_LEFT_S = 0.2
+"""A playing stream counts as having at least this much audio left until it ends (the estimate
+from its text length may run out before the stream does)."""
 SLOWDOWN_RANGE = (0.5, 4.0)
 """One step's wall time over its estimate counts within these bounds (a step stopped by the
 kernel for a second must not make every estimate absurd)."""
@@ -121,6 +129,7 @@ class DeadlineScheduler:
         clock: Callable[[], float] = time.monotonic,
         first_audio_s: float = FIRST_AUDIO_S,
         first_chunk_s: float = 0.0,
+        audio_per_char: float = AUDIO_PER_CHAR_S,
     ) -> None:
         self.synth = synth
         """Engines new streams start on (a swap replaces it; running streams keep theirs)."""
@@ -130,6 +139,9 @@ class DeadlineScheduler:
         self.first_audio_s = first_audio_s
         self.capacity = Capacity(threads, per_thread)
         self.first_chunk_s = first_chunk_s
+        self.audio_per_char = audio_per_char
+        """Seconds of audio per character of text at speed 1 (from the canary, then from every
+        stream that ends): how much a stream has left, for ``demand``."""
         """Compute seconds from a stream's arrival to its first chunk, alone (measured at
         start with the canary; 0 until then)."""
         self.streams: dict[str, _Live] = {}
@@ -149,8 +161,22 @@ class DeadlineScheduler:
     # -- policy (call with ``lock`` held) ---------------------------------------------------
 
     def demand(self) -> float:
-        """Audio seconds per second the admitted streams need: one each while computing."""
-        return float(sum(1 for s in self.streams.values() if s.admitted))
+        """Audio seconds per second the admitted streams need to finish without running dry:
+        a fresh stream one; a playing one with ``b`` seconds buffered and about ``r`` left to
+        compute, ``r / (r + b)`` (spread evenly over the time its buffer buys). A stream ahead
+        of its listener needs less than one, so the ones behind it can be admitted; one near
+        its deadline needs one, as before."""
+        now = self.clock()
+        return sum(self._need(s, now) for s in self.streams.values() if s.admitted)
+
+    def _need(self, stream: _Stream, now: float) -> float:
+        if stream.first_sent_at is None:
+            return 1.0
+        sent = stream.samples_sent / stream.synth.sample_rate
+        estimate = len(stream.job.text) * self.audio_per_char / max(stream.job.speed, 1e-3)
+        left = max(estimate - sent, MIN_LEFT_S)
+        ahead = max(self.due(stream) - now, 0.0)
+        return left / (left + ahead)
 
     def waiting(self) -> int:
         """Streams held back by admission."""
@@ -160,9 +186,10 @@ class DeadlineScheduler:
         """Whether one more stream fits in the real-time capacity. As many streams as threads
         always do (and any number while the capacity is unknown): a machine measured slow
         still serves, only with less company per core."""
-        demand = self.demand()
+        admitted = sum(1 for s in self.streams.values() if s.admitted)
         capacity = self.capacity.value
-        return capacity <= 0 or demand < self.threads or demand + 1 <= self.load_limit * capacity
+        return (capacity <= 0 or admitted < self.threads
+                or self.demand() + 1 <= self.load_limit * capacity)  # fmt: skip
 
     def admit(self) -> None:
         """Admit waiting streams while they fit: from the key with the fewest admitted streams,
@@ -484,6 +511,11 @@ class DeadlineScheduler:
                            elapsed, queued))  # fmt: skip
 
     def _done(self, stream: _Live, send: Send) -> None:
+        if stream.job.text and stream.samples_sent:
+            per_char = (stream.samples_sent / stream.synth.sample_rate * stream.job.speed
+                        / len(stream.job.text))  # fmt: skip
+            with self.lock:
+                self.audio_per_char += (per_char - self.audio_per_char) / AUDIO_PER_CHAR_MEMORY
         log.info("stream_done", uid=stream.job.uid, engine_version=stream.synth.engines.label,
                  audio_samples=stream.samples_sent,
                  compute_ms=round(1000 * stream.compute_s, 1))  # fmt: skip
@@ -535,9 +567,10 @@ def first_late(tasks: list[tuple[float, float, float]], free: list[float],
     return None
 
 
-def measure(synth: Synthesizer) -> tuple[float, float]:
+def measure(synth: Synthesizer) -> tuple[float, float, float]:
     """Stream the canary as a stream would: audio seconds one thread computes per second (the
-    start of ``Capacity`` before real steps refine it), and seconds to its first chunk."""
+    start of ``Capacity`` before real steps refine it), seconds to its first chunk, and audio
+    seconds per character of text (the start of ``audio_per_char``)."""
     params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
     started = time.perf_counter()
     first = 0.0
@@ -545,5 +578,6 @@ def measure(synth: Synthesizer) -> tuple[float, float]:
     for chunk in synth.stream(CANARY_TEXT, params):
         first = first or time.perf_counter() - started
         samples += len(chunk.samples)
-    rate = samples / synth.sample_rate / max(time.perf_counter() - started, 1e-9)
-    return rate, first
+    audio = samples / synth.sample_rate
+    rate = audio / max(time.perf_counter() - started, 1e-9)
+    return rate, first, audio / len(CANARY_TEXT)

@@ -115,9 +115,10 @@ def run_worker(
     synth = _load(spec, threads, schedule, max_sentence_chars)
     deadline = plan.scheduler == "deadline" and multiplex and batch_limit(synth.engines) == 1
     if deadline:
-        rate, first_chunk_s = measure(synth)
+        rate, first_chunk_s, per_char = measure(synth)
         scheduler: StreamScheduler | DeadlineScheduler = DeadlineScheduler(
-            synth, plan.threads, plan.load_limit, rate, first_chunk_s=first_chunk_s)
+            synth, plan.threads, plan.load_limit, rate, first_chunk_s=first_chunk_s,
+            audio_per_char=per_char)
     else:  # legacy, FIFO, or engines that batch windows (GPU plans): one compute loop
         scheduler = scheduler_for(synth, multiplex)
     pipe_lock = threading.Lock()
