@@ -29,14 +29,15 @@ def variant(src: Path, dst: Path, factor: float) -> None:
 
 
 def publish(engines: Path, replace: dict[str, Path], runtime: dict[str, str] | None = None,
-             content: dict[str, Path] | None = None) -> int:  # fmt: skip
-    """Publish a new version the way `ttsvc compile` does: staging directory, manifest, rename.
-    ``content`` puts other bytes under a name than its manifest entry describes (a fault)."""
+             content: dict[str, Path] | None = None, voice: str = VOICE) -> int:  # fmt: skip
+    """Publish a new version of ``voice`` the way `ttsvc compile` does: staging directory,
+    manifest, rename. ``content`` puts other bytes under a name than its manifest entry
+    describes (a fault)."""
     repo = EngineRepository(engines)
-    latest = repo.latest(VOICE)
+    latest = repo.latest(voice)
     assert latest is not None
-    version = repo.next_version(VOICE)
-    staging = repo.staging_dir(VOICE)
+    version = repo.next_version(voice)
+    staging = repo.staging_dir(voice)
     for item in latest.path.iterdir():
         if item.name != "manifest.json":
             shutil.copyfile(replace.get(item.name, item), staging / item.name)
@@ -49,5 +50,5 @@ def publish(engines: Path, replace: dict[str, Path], runtime: dict[str, str] | N
     for name, path in (content or {}).items():
         shutil.copyfile(path, staging / name)
     write_manifest(staging, manifest)
-    repo.publish(VOICE, staging, version)
+    repo.publish(voice, staging, version)
     return version

@@ -621,3 +621,51 @@ def test_add_worker_refuses_bad_thread_counts(clock: FakeClock, threads: Any) ->
     b = make(clock)
     with pytest.raises(ValueError, match="threads"):
         b.add_worker(1, capacity=2.0, threads=threads)
+
+
+# -- voice affinity ----------------------------------------------------------------------------
+
+
+def test_a_voice_goes_to_the_worker_that_holds_it(clock: FakeClock) -> None:
+    balancer = make(clock)
+    balancer.add_worker(0, voices=("a",))
+    balancer.add_worker(1, voices=("a", "b"))
+    assert balancer.pick("b") == 1  # worker 0 would have to load it first
+    assert balancer.pick("a") == 0  # both hold it: the less loaded
+
+
+def test_a_voice_no_worker_holds_gathers_where_it_was_first_sent(clock: FakeClock) -> None:
+    balancer = make(clock, 0, 1)
+    first = balancer.pick("c")
+    balancer.release(first)
+    assert state(balancer, first).voices == frozenset({"c"})
+    assert balancer.pick("c") == first  # already loading or loaded there
+
+
+def test_affinity_gives_way_when_the_holder_is_busier_by_more_than_one_stream(
+    clock: FakeClock,
+) -> None:
+    balancer = make(clock)
+    balancer.add_worker(0, voices=("b",))
+    balancer.add_worker(1, voices=())
+    balancer.pick("b")
+    assert balancer.pick("b") == 0  # one stream more than an idle non-holder: still the holder
+    assert balancer.pick("b") == 1  # two more: load it on the idle worker
+
+
+def test_reports_replace_the_voices_a_worker_holds(clock: FakeClock) -> None:
+    balancer = make(clock)
+    balancer.add_worker(0, voices=("a",))
+    balancer.add_worker(1, voices=("b",))
+    assert balancer.pick("a") == 0
+    balancer.release(0)
+    balancer.report(1, 0, voices=("a", "b"))
+    balancer.report(0, 0, voices=())  # it let go of a (evicted under its memory budget)
+    assert balancer.pick("a") == 1
+
+
+def test_without_a_voice_routing_ignores_what_workers_hold(clock: FakeClock) -> None:
+    balancer = make(clock)
+    balancer.add_worker(0, voices=())
+    balancer.add_worker(1, voices=("a",))
+    assert balancer.pick() == 0

@@ -38,6 +38,11 @@ _CLOCK_EPSILON = 1e-9
 _RATE_EPSILON = 1e-9
 """Tolerance on demand against capacity, so a worker exactly at its share is not full."""
 
+COLD_VOICE_LOAD = 1.0
+"""Streams a worker's load counts extra when it does not hold the request's voice: it must load
+the voice first (tens of milliseconds, and memory another voice may have to give up), so a
+worker that holds it wins unless it carries more than one stream more."""
+
 
 class NoWorkerAvailable(TTSError):
     """No registered worker is ready with a fresh heartbeat: the gateway answers 503.
@@ -133,6 +138,8 @@ class WorkerState:
     demand: float = 0.0
     """Audio seconds per second its streams need: the worker's last report (admitted and
     waiting streams), plus picks and minus releases since."""
+    voices: frozenset[str] = frozenset()
+    """Voices the worker holds loaded: its last report, plus those picked for it since."""
 
     @property
     def load(self) -> int:
@@ -159,6 +166,7 @@ class _Worker:
     threads: int = 1
     demand: float = 0.0
     ready: bool = True
+    voices: frozenset[str] = frozenset()
     strikes: int = 0
     pending: list[float] = field(default_factory=list)
     """Normalized latencies observed since the last refresh, oldest first."""
@@ -197,6 +205,9 @@ class HeatScoreBalancer:
       room). A worker whose capacity is unknown (0) is never full, so without capacity reports
       routing is the heat score alone. Each stream is counted as one audio second per second:
       a stream plays in real time whatever its speed.
+    * Voice affinity: a worker that does not hold the request's voice (as it last reported,
+      or picked for it since) counts ``COLD_VOICE_LOAD`` more streams, so each voice's traffic
+      gathers on the workers that already loaded it, and spreads when they are busier.
 
     Fixes over the seed sketch:
 
@@ -242,10 +253,16 @@ class HeatScoreBalancer:
 
     # -- membership ------------------------------------------------------------------------------
 
-    def add_worker(self, worker_id: int, capacity: float = 0.0, threads: int = 1) -> None:
+    def add_worker(
+        self,
+        worker_id: int,
+        capacity: float = 0.0,
+        threads: int = 1,
+        voices: tuple[str, ...] = (),
+    ) -> None:
         """Register a worker as READY: score 100, empty queue, heartbeat now, the real-time
-        capacity it measured at start (audio seconds per second; 0: unknown) and its compute
-        threads.
+        capacity it measured at start (audio seconds per second; 0: unknown), its compute
+        threads and the voices it holds.
 
         Registering an id again (a restarted worker) starts it afresh.
         """
@@ -253,8 +270,9 @@ class HeatScoreBalancer:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be an int >= 1, got {threads!r}")
         self._workers[worker_id] = _Worker(
-            id=worker_id, last_heartbeat=self._clock(), capacity=capacity, threads=threads
-        )
+            id=worker_id, last_heartbeat=self._clock(), capacity=capacity, threads=threads,
+            voices=frozenset(voices),
+        )  # fmt: skip
 
     def remove_worker(self, worker_id: int) -> bool:
         """Forget a dead worker; returns whether it was registered."""
@@ -284,10 +302,11 @@ class HeatScoreBalancer:
         qsize: int,
         capacity: float | None = None,
         demand: float | None = None,
+        voices: tuple[str, ...] | None = None,
     ) -> bool:
         """Record the worker's own count of streams in flight and queued, and, when given, its
-        real-time capacity (0: unknown) and the demand of its streams (audio seconds per
-        second, counting those it holds back for want of capacity, one each)."""
+        real-time capacity (0: unknown), the demand of its streams (audio seconds per second,
+        counting those it holds back for want of capacity, one each) and the voices it holds."""
         if qsize < 0:
             raise ValueError(f"qsize must be >= 0, got {qsize}")
         if capacity is not None:
@@ -302,6 +321,8 @@ class HeatScoreBalancer:
             worker.capacity = capacity
         if demand is not None:
             worker.demand = demand
+        if voices is not None:
+            worker.voices = frozenset(voices)
         return True
 
     def observe(self, worker_id: int, ttfa_ms: float) -> bool:
@@ -360,8 +381,9 @@ class HeatScoreBalancer:
             return False
         return need + 1.0 > worker.capacity * self._settings.realtime_load + _RATE_EPSILON
 
-    def pick(self) -> int:
-        """Choose a worker for a new stream and count the dispatch on it at once.
+    def pick(self, voice: str | None = None) -> int:
+        """Choose a worker for a new stream (of ``voice``, when named) and count the dispatch
+        on it at once.
 
         The caller must call :meth:`release` with the returned id when the stream ends (in a
         ``finally``), whatever the outcome.
@@ -372,12 +394,14 @@ class HeatScoreBalancer:
         self.refresh()
         now = self._clock()
         best: _Worker | None = None
-        best_key = (True, math.inf, 0)
+        best_key: tuple[bool, float, int] = (True, math.inf, 0)
         for worker in self._workers.values():
             if not self._is_live(worker, now):
                 continue
-            load = max(worker.qsize, worker.inflight)
-            key = (self._is_full(worker), (load + 1) / (worker.score + 1), worker.id)
+            load = max(worker.qsize, worker.inflight) + 1.0
+            if voice is not None and voice not in worker.voices:
+                load += COLD_VOICE_LOAD
+            key = (self._is_full(worker), load / (worker.score + 1), worker.id)
             if best is None or key < best_key:
                 best, best_key = worker, key
         if best is None:
@@ -385,6 +409,8 @@ class HeatScoreBalancer:
         best.inflight += 1
         best.qsize += 1
         best.demand += 1.0
+        if voice is not None:
+            best.voices |= {voice}  # it loads the voice now: the next request finds it there
         return best.id
 
     def release(self, worker_id: int) -> bool:
@@ -425,6 +451,7 @@ class HeatScoreBalancer:
                 capacity=w.capacity,
                 threads=w.threads,
                 demand=w.demand,
+                voices=w.voices,
             )
             for w in sorted(self._workers.values(), key=lambda w: w.id)
         ]

@@ -47,7 +47,7 @@ _FLAG_FIELDS = {"engines_dir": "engines_dir", "voice": "voice", "threads": "thre
                 "default_audio_s_per_min": "default_audio_s_per_min",
                 "default_key_streams": "default_key_streams", "max_audio_s": "max_audio_s",
                 "api_docs": "api_docs", "log_format": "log_format",
-                "cors_origins": "cors_origins"}  # fmt: skip
+                "cors_origins": "cors_origins", "voice_memory_mb": "voice_memory_mb"}  # fmt: skip
 
 
 def _settings_default(field: str) -> str | None:
@@ -206,6 +206,9 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--voice-alias", action="append", default=None, dest="voice_aliases",
                    metavar="NAME=VOICE", help="map a voice name to a served voice (repeatable; "
                    "default: OpenAI's voice names to --voice)")
+    p.add_argument("--voice-memory-mb", type=float, default=None,
+                   help="engine megabytes a worker holds loaded at once; past it the least "
+                   "recently used voice is let go (0: no limit)")
     _document_defaults(p)
 
 

@@ -85,6 +85,14 @@ class UnknownVoice(TTSError):
     type = "unknown_voice"
 
 
+class VoiceUnavailable(TTSError):
+    """The voice is mounted but cannot serve now: no version of it verified yet, or a worker
+    could not load it. Retrying later may work; ``GET /voices`` says why."""
+
+    status = 503
+    type = "voice_unavailable"
+
+
 class EngineError(TTSError):
     """An engine set could not be used: missing, altered, truncated or failing to load.
 

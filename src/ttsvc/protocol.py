@@ -51,6 +51,9 @@ class SynthesisJob:
     key: str | None = None
     """Name of the API key that asked (``None``: no keys): streams of different keys take
     turns on a worker."""
+    voice: str = ""
+    """The voice to speak with (``""``: the worker's first voice); a worker that does not hold
+    it loads it first."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,12 @@ class SwapEngines:
 
     spec: EngineSpec
     seq: int
-    """Request number: a worker applies only the newest; its answer carries the same number."""
+    """Request number: a worker applies only the newest of each voice; its answer carries the
+    same number."""
+    load: bool = True
+    """Load and judge it even if the worker does not hold the voice (the staging worker). A
+    worker asked with ``False`` that does not hold the voice only remembers the spec, for when
+    a request needs it, and answers at once."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,8 @@ class WorkerReady:
     measured at start (0: unknown)."""
     threads: int = 1
     """Compute threads the process runs over its one deadline queue."""
+    voices: tuple[str, ...] = ()
+    """Voices the worker holds loaded (the balancer prefers a worker that holds a request's)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,8 @@ class Heartbeat:
     """Chunks sent after their stream's playback deadline, since the worker started."""
     late_s: float = 0.0
     """Seconds those chunks were late, summed, since the worker started."""
+    voices: tuple[str, ...] = ()
+    """Voices the worker holds loaded now, least recently used first."""
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ def _streams_during(srv: Server, action: object, n: int = 8) -> list[httpx.Respo
 
 def _check_whole_wavs(responses: list[httpx.Response], labels: set[str]) -> None:
     for r in responses:
-        assert r.status_code == 200
+        assert r.status_code == 200, r.text
         assert r.headers["x-engine-version"] in labels
         body = r.content
         assert body[:4] == b"RIFF" and len(body) > 44 + 22050  # a full utterance, > 0.5 s

@@ -58,9 +58,11 @@ from ttsvc.errors import (
     TTSError,
     UnknownModel,
     UnknownVoice,
+    VoiceUnavailable,
 )
 from ttsvc.gateway.auth import KeyStore
-from ttsvc.gateway.hotswap import EngineSwapper
+from ttsvc.gateway.catalog import VoiceCatalog
+from ttsvc.gateway.hotswap import EngineSwapper, Rejection, load_manifest_json
 from ttsvc.gateway.openai_compat import (
     OPENAI_MODELS,
     OPENAI_RATE,
@@ -122,6 +124,8 @@ class SpeechOrder:
     stream: bool
     api: str
     """``synthesize`` or ``openai``, for metrics."""
+    voice: str = ""
+    """The served voice (resolved from the request's name or alias)."""
 
 
 @dataclass
@@ -131,7 +135,7 @@ class GatewayState:
     settings: Settings
     voice: str
     pool: WorkerPool | None = None
-    swapper: EngineSwapper | None = None
+    catalog: VoiceCatalog | None = None
     balancer: HeatScoreBalancer | None = None
     draining: bool = False
     inflight: int = 0
@@ -157,18 +161,38 @@ class GatewayState:
         self.metrics.requests.labels(str(code), outcome).inc()
         if code in (401, 429, 503):
             self.metrics.rejections.labels(outcome).inc()
-        log.info("request", voice=self.voice, code=code, **fields)
+        log.info("request", code=code, **{"voice": self.voice, **fields})
+
+    @property
+    def swapper(self) -> EngineSwapper | None:
+        """The default voice's swapper (``None`` before start-up)."""
+        return self.catalog.get(self.voice) if self.catalog is not None else None
+
+    def native_rate(self, voice: str) -> int:
+        """The sample rate ``voice`` speaks at (its serving manifest's)."""
+        swapper = self.catalog.get(voice) if self.catalog is not None else None
+        if swapper is None or swapper.current is None:
+            return 22050
+        return load_manifest_json(swapper.current.manifest).sample_rate
 
     def resolve_voice(self, name: str | None) -> str:
-        """The served voice a request's ``voice`` names (OpenAI's names and aliases included)."""
+        """The served voice a request's ``voice`` names (OpenAI's names and aliases included):
+        a voice with no verified engine yet is a 503 that says so, a name nothing serves a 404
+        listing the voices that do."""
         if name is None:
-            return self.voice
-        aliases = {alias: self.settings.voice for alias in OPENAI_VOICES}
+            name = self.voice
+        aliases = {alias: self.voice for alias in OPENAI_VOICES}
         aliases.update(self.settings.voice_aliases)
         target = aliases.get(name, name)
-        if target != self.voice:
-            raise UnknownVoice(f"unknown voice {name!r}", field="voice")
-        return target
+        catalog = self.catalog
+        swapper = catalog.get(target) if catalog is not None else None
+        if swapper is not None and swapper.current is not None:
+            return target
+        if swapper is not None:
+            raise VoiceUnavailable(f"voice {target!r} has no verified engine yet: GET /voices "
+                                   "says why", field="voice")  # fmt: skip
+        served = ", ".join(sorted(catalog.serving())) if catalog is not None else ""
+        raise UnknownVoice(f"unknown voice {name!r}; served: {served or 'none'}", field="voice")
 
 
 SYNTHESIS_PATHS = ("/synthesize", "/v1/audio/speech")
@@ -255,7 +279,8 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
                               settings.worker_silence_timeout_s,
                               ComputePlan(settings.compute_threads, settings.scheduler,
                                           settings.realtime_load),
-                              log_format=settings.log_format)  # fmt: skip
+                              log_format=settings.log_format, voices={engine.voice: engine},
+                              voice_budget=int(settings.voice_memory_mb * 2**20))  # fmt: skip
             pool = WorkerPool(spec, settings.workers, balancer, loop, state.metrics)
             state.pool = pool
             pool.start()
@@ -263,17 +288,17 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
                 pool.stop_respawning()
             return pool
 
-        swapper = EngineSwapper(
-            settings.engines_dir,
-            voice,
-            EngineCache(scratch),
-            settle_s=settings.watch_settle_s,
-            polling=settings.watch_polling,
-            swap_timeout_s=settings.swap_timeout_s,
-            metrics=state.metrics,
-            start_pool=start_pool,
-        )
-        state.swapper = swapper
+        def swapper(name: str) -> EngineSwapper:
+            # a cache per voice: a swap prunes the files its voice no longer needs, only those
+            return EngineSwapper(settings.engines_dir, name, EngineCache(scratch / name),
+                                 settle_s=settings.watch_settle_s,
+                                 polling=settings.watch_polling,
+                                 swap_timeout_s=settings.swap_timeout_s, metrics=state.metrics,
+                                 start_pool=start_pool, running=lambda: state.pool)  # fmt: skip
+
+        catalog = VoiceCatalog(settings.engines_dir, voice, swapper,
+                               polling=settings.watch_polling)  # fmt: skip
+        state.catalog = catalog
         metrics_server = None
         if settings.metrics_port:
             metrics_server, _thread = start_http_server(
@@ -286,17 +311,18 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             log.info("keys_loaded", path=str(keys.path), names=sorted(k.name for k in keys.keys))
             tasks.append(loop.create_task(keys.watch(state.limiter.forget)))
         # starts the pool if a version verifies; with none, the gateway waits (unready) for one
-        await swapper.initial()
-        tasks.append(loop.create_task(swapper.watch()))
+        await catalog.initial()
+        tasks.append(loop.create_task(catalog.watch()))
         try:
             yield
         finally:
-            swapper.stop()
+            catalog.stop()
             if keys is not None:
                 keys.stop()
-            for task in tasks:
+            background = catalog.background
+            for task in [*tasks, *background]:
                 task.cancel()  # a rollout in progress must not hold up shutdown
-            await asyncio.gather(*tasks, *swapper.background, return_exceptions=True)
+            await asyncio.gather(*tasks, *background, return_exceptions=True)
             if state.pool is not None:
                 await state.pool.close()
             if metrics_server is not None:
@@ -413,7 +439,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         pool, balancer = state.pool, state.balancer
         if state.draining:
             return JSONResponse({"status": "draining", "score": 0.0}, status_code=503)
-        if state.swapper is not None and state.swapper.current is None:
+        if state.catalog is not None and not state.catalog.serving():
             # nothing verified to serve: GET /voices says which versions were refused and why
             return JSONResponse({"status": "no_verified_engine", "score": 0.0}, status_code=503)
         if pool is None or balancer is None or not balancer.live_workers():
@@ -422,50 +448,70 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             {"status": "ok", "score": round(balancer.pool_score(), 2), "inflight": state.inflight}
         )
 
-    described: dict[str, dict[str, object]] = {}
-    """Each served engine version's voice details, by label (read once, off the event loop)."""
+    described: dict[tuple[str, str], dict[str, object]] = {}
+    """Each served engine version's voice details, by voice and label (read once, off the
+    event loop)."""
 
     async def details(spec: EngineSpec | None) -> dict[str, object]:
         if spec is None:
             return {}
-        if spec.label not in described:
+        key = spec.voice, spec.label
+        if key not in described:
             raw = await asyncio.to_thread(EngineSource.from_spec(spec).read, VOICE_FILE)
-            described[spec.label] = describe(json.loads(raw.decode("utf-8")))
-        return described[spec.label]
+            described[key] = describe(json.loads(raw.decode("utf-8")))
+        return described[key]
+
+    def voice_entry(name: str, swapper: EngineSwapper, details: dict[str, object],
+                    aliases: list[str]) -> dict[str, object]:  # fmt: skip
+        ready = [w for w in state.pool.workers.values() if w.ready] if state.pool else []
+        serving = sorted({label for w in ready if (label := w.specs.get(name)) is not None})
+        current = swapper.current
+
+        def listed(found: dict[int, Rejection]) -> list[dict[str, object]]:
+            return [r.public() for _, r in sorted(found.items(), reverse=True)]
+
+        engines = {
+            "current": current.label if current else None,
+            "reloads": dict(swapper.reloads),
+            "last_error": swapper.last_error,
+            # versions present that may not serve, newest first: version, file name, reason
+            "rejected": listed(swapper.rejected),
+            # versions with a file still changing (a copy in progress), judged once it settles
+            "pending": listed(swapper.pending),
+        }
+        return {"name": name, **details, "default": name == state.voice, "aliases": aliases,
+                "state": "serving" if current and serving else "loading" if current
+                else "no_engine",
+                "engine_versions": serving,
+                # workers holding it loaded now; the others load it when a request needs it
+                "loaded_on": sorted(w.id for w in ready if name in w.voices),
+                "engines": engines}  # fmt: skip
 
     @app.get("/voices", dependencies=guarded)
     async def voices() -> dict[str, object]:
-        pool, swapper = state.pool, state.swapper
-        serving = sorted(
-            {w.ready.engine_version for w in pool.workers.values() if w.ready} if pool else set()
-        )
-        engines = {
-            "current": swapper.current.label if swapper and swapper.current else None,
-            "reloads": dict(swapper.reloads) if swapper else {},
-            "last_error": swapper.last_error if swapper else None,
-            # versions present that may not serve, newest first: version, file name, reason
-            "rejected": [r.public() for _, r in sorted(swapper.rejected.items(), reverse=True)]
-            if swapper
-            else [],
-            # versions with a file still changing (a copy in progress), judged once it settles
-            "pending": [r.public() for _, r in sorted(swapper.pending.items(), reverse=True)]
-            if swapper
-            else [],
-        }
-        current = swapper.current if swapper else None
-        voice = {"name": state.voice, **await details(current),
-                 "state": "serving" if serving else "loading" if current else "no_engine",
-                 "engine_versions": serving, "engines": engines}  # fmt: skip
-        return {"voices": [voice]}
+        catalog = state.catalog
+        if catalog is None:
+            return {"voices": []}
+        names = sorted(catalog.swappers, key=lambda n: (n != state.voice, n))
+        aliases: dict[str, list[str]] = {}
+        for alias, target in {**{a: state.voice for a in OPENAI_VOICES},
+                              **settings.voice_aliases}.items():  # fmt: skip
+            aliases.setdefault(target, []).append(alias)
+        entries = []
+        for name in names:
+            swapper = catalog.swappers[name]
+            entries.append(voice_entry(name, swapper, await details(swapper.current),
+                                       sorted(aliases.get(name, []))))  # fmt: skip
+        return {"voices": entries}
 
     @app.post("/synthesize", dependencies=guarded)
     async def synthesize(body: SynthesizeRequest, request: Request) -> Response:
         request.state.format = body.format
-        state.resolve_voice(body.voice)
+        voice = state.resolve_voice(body.voice)
         fmt = FORMATS[body.format]
         order = SpeechOrder(body.text, body.speed, body.noise_scale, body.noise_w,
                             body.sentence_silence, _rate(fmt, body.sample_rate), fmt,
-                            _streamed(fmt, body.stream), "synthesize")  # fmt: skip
+                            _streamed(fmt, body.stream), "synthesize", voice)  # fmt: skip
         return await _synthesize(state, order, request)
 
     @app.post("/v1/audio/speech", dependencies=guarded)
@@ -474,13 +520,13 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         if body.model not in OPENAI_MODELS:
             raise UnknownModel(f"unknown model {body.model!r}: GET /v1/models lists them",
                                field="model")  # fmt: skip
-        state.resolve_voice(body.voice if isinstance(body.voice, str) else body.voice.id)
+        voice = state.resolve_voice(body.voice if isinstance(body.voice, str) else body.voice.id)
         if body.response_format == "aac":
             raise FormatUnavailable("aac is not available (no AAC encoder here): use mp3, opus, "
                                     "flac, wav or pcm", field="response_format")  # fmt: skip
         fmt = FORMATS[body.response_format]
         order = SpeechOrder(body.input, body.speed, None, None, 0.2, OPENAI_RATE, fmt,
-                            _streamed(fmt, body.stream), "openai")  # fmt: skip
+                            _streamed(fmt, body.stream), "openai", voice)  # fmt: skip
         return await _synthesize(state, order, request)
 
     @app.get("/v1/models", dependencies=guarded)
@@ -821,6 +867,7 @@ class SynthesisExchange:
             rtf = round(self.compute_s / self.audio_s, 4)
         fields: dict[str, object] = {
             "uid": self.job.uid,
+            "voice": self.job.voice,
             "worker": self.wid,
             "qsize": self.qsize,
             "text_len": len(self.job.text),
@@ -899,8 +946,7 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
     if pool is None or balancer is None:
         raise EngineError("no verified engine to serve yet: GET /voices says why")
     request.state.text_len = len(order.text)
-    native = next((w.ready.sample_rate for w in pool.workers.values() if w.ready), 22050)
-    rate = order.sample_rate or native
+    rate = order.sample_rate or state.native_rate(order.voice)
     if (why := order.format.rate_error(rate)) is not None:  # e.g. opus at a voice's own rate
         raise InvalidParameter(why, field="sample_rate")
     key = getattr(request.state, "key", None)
@@ -915,7 +961,7 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
         if state.inflight >= state.limiter.slots:
             raise Busy("all stream slots are busy, retry shortly")
         encoder = Encoder(order.format, rate, streamed=order.stream)
-        wid = balancer.pick()  # NoWorkerAvailable is a 503 from the error table
+        wid = balancer.pick(order.voice)  # NoWorkerAvailable: a 503 from the error table
     except Exception:
         if ticket is not None:
             state.limiter.refund(ticket)  # the service's refusal, not the key's
@@ -930,7 +976,7 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
         log.info("request_id", uid=uid, client_request_id=client_id[:128])
     job = SynthesisJob(uid, order.text, order.speed, order.noise_scale, order.noise_w,
                        order.sentence_silence, order.sample_rate, settings.max_audio_s,
-                       None if key is None else key.name)  # fmt: skip
+                       None if key is None else key.name, order.voice)  # fmt: skip
     exchange = SynthesisExchange(state, request, pool, wid, job, qsize)
     exchange.buffered = not order.stream
     exchange.ticket = ticket

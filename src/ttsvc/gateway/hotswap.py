@@ -159,6 +159,7 @@ class EngineSwapper:
         swap_timeout_s: float = 120.0,
         metrics: ServiceMetrics | None = None,
         start_pool: Callable[[EngineSpec], WorkerPool] | None = None,
+        running: Callable[[], WorkerPool | None] | None = None,
     ) -> None:
         self.repo = EngineRepository(root)
         self.voice = voice
@@ -168,7 +169,11 @@ class EngineSwapper:
         self.swap_timeout_s = swap_timeout_s
         self.metrics = metrics
         self.start_pool = start_pool
-        """Called once, with the first good spec: starts the workers (the gateway's lifespan)."""
+        """Called once, with the first good spec, when no worker pool runs yet: starts the
+        workers on it (the gateway's lifespan)."""
+        self.running = running
+        """The pool other voices already started, if any: this voice's first good version is
+        then judged by a staging worker like any new version, and added to it."""
         self.pool: WorkerPool | None = None
         self.current: EngineSpec | None = None
         self.previous: EngineSpec | None = None
@@ -180,6 +185,8 @@ class EngineSwapper:
         """Versions present that may not serve, by version."""
         self.pending: dict[int, Rejection] = {}
         """Versions with a file that differs from its manifest and is still changing."""
+        self.deferred = False
+        """A candidate waits for a worker to judge it (none ready yet): not a failure."""
         self._states: States | None = None
         self._source: Path | None = None
         self._judged: dict[object, Rejection] = {}
@@ -198,7 +205,7 @@ class EngineSwapper:
         pool once a good version appears.
         """
         await self.rescan()
-        if self.current is None:
+        if self.current is None and not self.deferred:
             log.warning("engine_none_verified", voice=self.voice,
                         rejected=[r.line() for r in self.rejected.values()],
                         pending=[r.line() for r in self.pending.values()])  # fmt: skip
@@ -358,10 +365,13 @@ class EngineSwapper:
         if spec.replaced and not serving:
             self._recheck(self.settle_s)  # it matched a moment ago: it is changing again
             return "retry"
-        if self.current is None:
-            self._serve_first(spec, check.states, directory)
-            return "swapped"
-        if spec.files == self.current.files and spec.manifest == self.current.manifest:
+        if self.current is None and self.pool is None:
+            self.pool = self.running() if self.running is not None else None
+            if self.pool is None:
+                self._serve_first(spec, check.states, directory)
+                return "swapped"
+        if (self.current is not None and spec.files == self.current.files
+                and spec.manifest == self.current.manifest):  # fmt: skip
             self._states, self._source = check.states, directory  # same bytes: no reload
             return "same"
         key = (spec.manifest, *sorted(spec.files.items()))
@@ -373,9 +383,13 @@ class EngineSwapper:
                  replaced=list(spec.replaced))  # fmt: skip
         assert self.pool is not None
         reply = await self.pool.rollout(spec, self.swap_timeout_s)
+        self.deferred = False
         if not reply.ok:
             if reply.worker < 0:  # not judged (no worker ready, one died): offer it again
-                log.warning("engine_candidate_deferred", voice=self.voice, reason=reply.reason)
+                # at start-up the workers are still loading: expected, not worth a warning
+                level = log.info if self.current is None else log.warning
+                level("engine_candidate_deferred", voice=self.voice, reason=reply.reason)
+                self.deferred = True
                 self._recheck(RETRY_S)
                 return "retry"
             head, sep, tail = reply.reason.partition(": ")
@@ -390,13 +404,20 @@ class EngineSwapper:
                 self._states = check.states
             self._reject(rejection, directory, reply.detail)
             return rejection
+        first = self.current is None
         self.previous, self.current = self.current, spec
         self._states, self._source = check.states, directory
+        self._publish_info(spec, reply.precision)
+        if first:  # a voice added to a running pool: its first version, not a reload
+            log.info("engine_serving", voice=self.voice, engine_version=spec.label,
+                     source=str(directory), precision=reply.precision)  # fmt: skip
+            return "swapped"
         self.reloads["ok"] += 1
         if self.metrics is not None:
             self.metrics.engine_reloads.labels("ok").inc()
-        self._publish_info(spec, reply.precision)
-        keep = set(spec.files.values()) | set(self.previous.files.values())
+        keep = set(spec.files.values())
+        if self.previous is not None:
+            keep |= set(self.previous.files.values())
         await asyncio.to_thread(self.cache.prune, keep)
         log.info("engine_swapped", voice=self.voice, engine_version=spec.label,
                  source=str(directory), replaced=list(spec.replaced),

@@ -97,20 +97,39 @@ class ServiceMetrics:
                                      "Engine versions present that may not serve (value 1), by "
                                      "the file at fault", ["voice", "version", "file"],
                                      registry=r)  # fmt: skip
-        self._engine_labels: tuple[str, str, str, str] | None = None
+        self.voices_loaded = Gauge("ttsvc_worker_voice_loaded",
+                                   "Voices a worker holds loaded now (value 1; the others are "
+                                   "loaded when a request needs them)", ["worker", "voice"],
+                                   registry=r)  # fmt: skip
+        self._engine_labels: dict[str, tuple[str, str, str, str]] = {}
+        self._rejected_labels: dict[str, list[tuple[str, str, str]]] = {}
+        self._voice_labels: dict[str, set[str]] = {}
 
     def set_engine(self, voice: str, version: str, backend: str, precision: str) -> None:
-        """Mark the serving engine set; the previous one's series is removed."""
-        if self._engine_labels is not None:
-            self.engine_info.remove(*self._engine_labels)
-        self._engine_labels = (voice, version, backend, precision)
-        self.engine_info.labels(*self._engine_labels).set(1)
+        """Mark ``voice``'s serving engine set; its previous one's series is removed."""
+        if (old := self._engine_labels.get(voice)) is not None:
+            self.engine_info.remove(*old)
+        self._engine_labels[voice] = (voice, version, backend, precision)
+        self.engine_info.labels(voice, version, backend, precision).set(1)
 
     def set_rejected(self, voice: str, versions: list[tuple[str, str]]) -> None:
-        """The versions of ``voice`` refused now, as (version, file); others' series go."""
-        self.engine_rejected.clear()
-        for version, file in versions:
-            self.engine_rejected.labels(voice, version, file).set(1)
+        """The versions of ``voice`` refused now, as (version, file); its others' series go,
+        other voices' stay."""
+        for labels in self._rejected_labels.pop(voice, []):
+            self.engine_rejected.remove(*labels)
+        self._rejected_labels[voice] = [(voice, version, file) for version, file in versions]
+        for labels in self._rejected_labels[voice]:
+            self.engine_rejected.labels(*labels).set(1)
+
+    def set_voices(self, worker: int, voices: tuple[str, ...]) -> None:
+        """The voices ``worker`` holds loaded now (none once it is gone)."""
+        w = str(worker)
+        before = self._voice_labels.get(w, set())
+        for voice in before - set(voices):
+            self.voices_loaded.remove(w, voice)
+        for voice in voices:
+            self.voices_loaded.labels(w, voice).set(1)
+        self._voice_labels[w] = set(voices)
 
     def set_worker(self, worker: int, in_flight: int, queued: int, score: float | None) -> None:
         """Per-worker gauges, refreshed whenever the gateway's view of a worker changes."""

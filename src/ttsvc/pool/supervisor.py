@@ -54,7 +54,8 @@ class WorkerSpec:
     """How every worker of the pool is started."""
 
     engine: EngineSpec
-    """The engines a new or respawned worker loads: always the last good ones."""
+    """The engines a new or respawned worker loads at start (the default voice's): always the
+    last good ones."""
     threads: int
     schedule: WindowSchedule
     max_sentence_chars: int
@@ -69,6 +70,12 @@ class WorkerSpec:
     log_format: str = "auto"
     """The gateway's log format, so a forced one (``json`` to a terminal, ``console`` to a
     file) holds for the workers' lines too: they write to the same stdout."""
+    voices: dict[str, EngineSpec] = field(default_factory=dict)
+    """The last good engines of every voice served, by name: a worker loads one when a request
+    first needs it."""
+    voice_budget: int = 0
+    """Engine bytes a worker may hold loaded at once (0: no limit): past it, it lets go of the
+    voice it used least recently."""
 
 
 def _rate(value: float) -> float:
@@ -121,6 +128,12 @@ class _WorkerHandle:
     """Why the pool killed it (``stalled``), so its streams fail with that reason."""
     deadlines: DeadlineTally = field(default_factory=DeadlineTally)
     """This process's deadline misses as last reported (a respawn gets a new handle)."""
+    specs: dict[str, str] = field(default_factory=dict)
+    """The label of the spec the worker serves (or would load) for every voice: those it was
+    spawned with, then those it switched to (a voice swapped while it started is sent to it
+    once it is READY)."""
+    voices: tuple[str, ...] = ()
+    """Voices the worker holds loaded, as it last reported."""
 
 
 class WorkerPool:
@@ -148,6 +161,9 @@ class WorkerPool:
         self._watchdog: asyncio.Task[None] | None = None
         self._swaps: dict[int, tuple[int, asyncio.Future[EnginesSwapped]]] = {}
         self._swap_seq = 0
+        self._rollouts = asyncio.Lock()
+        """One rollout at a time: a worker answers one swap at a time, and voices' swappers
+        may find candidates at once."""
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -210,13 +226,14 @@ class WorkerPool:
             target=run_worker,
             args=(wid, spec.engine, spec.threads, spec.schedule,
                   spec.max_sentence_chars, spec.multiplex, child, spec.log_level, spec.plan,
-                  spec.log_format),
+                  spec.log_format, dict(spec.voices), spec.voice_budget),
             name=f"ttsvc-worker-{wid}",
             daemon=True,
         )  # fmt: skip
         process.start()
         child.close()
         handle = _WorkerHandle(wid, process, parent)
+        handle.specs = {voice: engine.label for voice, engine in spec.voices.items()}
         self.workers[wid] = handle
         threading.Thread(
             target=self._read, args=(handle,), name=f"reader-{wid}", daemon=True
@@ -287,23 +304,34 @@ class WorkerPool:
                 handle.process.kill()
                 return
             handle.ready = msg
+            handle.voices = msg.voices
             self._failures[handle.id] = 0
+            for voice, engine in self.spec.voices.items():
+                if handle.specs.get(voice) != engine.label and voice != msg.voice:
+                    self._swap_seq += 1  # swapped while it started
+                    self._send(handle, SwapEngines(engine, self._swap_seq, load=False))
+                    handle.specs[voice] = engine.label
+            handle.specs[msg.voice] = msg.engine_version
             capacity = _rate(msg.capacity)
-            self.balancer.add_worker(handle.id, capacity=capacity, threads=max(1, msg.threads))
+            self.balancer.add_worker(handle.id, capacity=capacity, threads=max(1, msg.threads),
+                                     voices=msg.voices)  # fmt: skip
             self.balancer.heartbeat(handle.id)
             if self.metrics is not None:
                 self.metrics.set_capacity(handle.id, capacity, 0.0, 0)
+                self.metrics.set_voices(handle.id, msg.voices)
             log.info("worker_ready", worker=handle.id, engine_version=msg.engine_version,
                      capacity=round(msg.capacity, 2), threads=msg.threads)  # fmt: skip
         elif isinstance(msg, Heartbeat):
             self.balancer.heartbeat(handle.id)
             capacity, demand = _rate(msg.capacity), _rate(msg.demand)
             # streams held back for capacity will need it too: the worker is full for routing
+            handle.voices = msg.voices
             self.balancer.report(handle.id, msg.qsize, capacity=capacity,
-                                 demand=demand + msg.waiting)  # fmt: skip
+                                 demand=demand + msg.waiting, voices=msg.voices)  # fmt: skip
             misses, late_s = handle.deadlines.advance(msg.misses, msg.late_s)
             if self.metrics is not None:
                 self.metrics.set_capacity(handle.id, capacity, demand, msg.waiting)
+                self.metrics.set_voices(handle.id, msg.voices)
                 self.metrics.count_deadlines(misses, late_s)
             self._gauges(handle)
         elif isinstance(msg, EnginesSwapped):
@@ -338,6 +366,8 @@ class WorkerPool:
         self._gauges(handle)
         if self.metrics is not None:
             self.metrics.set_capacity(handle.id, 0.0, 0.0, 0)
+            self.metrics.set_voices(handle.id, ())
+        handle.voices = ()
         pending = self._swaps.pop(handle.id, None)
         if pending is not None and not pending[1].done():
             pending[1].set_result(EnginesSwapped(-1, "", False, f"worker exited ({code})"))
@@ -366,37 +396,49 @@ class WorkerPool:
     # --- engine swaps ----------------------------------------------------------------------
 
     async def rollout(self, engine: EngineSpec, timeout: float) -> EnginesSwapped:
-        """Switch READY workers to ``engine`` without ever dropping capacity to zero.
+        """Switch READY workers to ``engine`` (a voice's new version, or a new voice's first)
+        without ever dropping capacity to zero.
 
-        The first worker is the staging slot: it loads the candidate beside its serving engines
-        (on a side thread, still serving) and runs the canary; only if that passes does it
-        switch. The others then load it the same way, side by side, each switching on its own
-        when ready. From then on the candidate is the last good engine set: workers spawned
-        later start on it, and a worker that fails to switch (it died, say) is respawned onto it.
+        One worker is the staging slot (one that holds the voice, else the first): it loads the
+        candidate beside its serving engines (on a side thread, still serving) and runs the
+        canary; only if that passes does it switch. The others that hold the voice then load it
+        the same way, side by side, each switching on its own when ready; the rest only learn
+        the spec, for when a request needs the voice. From then on the candidate is the voice's
+        last good engine set: workers spawned later start on it, and a worker that fails to
+        switch (it died, say) is respawned onto it. Other voices are untouched.
 
         Returns the staging worker's answer (its reason, detail and the precision it found);
         ``worker`` is -1 when the candidate itself was not judged (no worker ready, a worker died
         or did not answer), so it is tried again later.
         """
+        async with self._rollouts:
+            return await self._rollout(engine, timeout)
+
+    async def _rollout(self, engine: EngineSpec, timeout: float) -> EnginesSwapped:
         ready = [w for w in sorted(self.workers) if self.workers[w].ready is not None]
         if not ready:
             return EnginesSwapped(-1, engine.label, False, "no ready worker to stage the candidate")
+        ready.sort(key=lambda w: engine.voice not in self.workers[w].voices)  # stable: by id
         first = await self._swap_one(ready[0], engine, timeout)
         if not first.ok:
             return first
-        self.spec.engine = engine
-        for wid, reply in zip(
-            ready[1:],
-            await asyncio.gather(*(self._swap_one(w, engine, timeout) for w in ready[1:])),
-            strict=True,
-        ):
+        if engine.voice == self.spec.engine.voice:
+            self.spec.engine = engine
+        self.spec.voices[engine.voice] = engine
+        others = ready[1:]
+        replies = await asyncio.gather(*(self._swap_one(w, engine, timeout, load=False)
+                                         for w in others))  # fmt: skip
+        for wid, reply in zip(others, replies, strict=True):
             if not reply.ok and wid in self.workers:
                 log.warning("worker_swap_failed", worker=wid, reason=reply.reason)
                 self.workers[wid].process.kill()  # respawns onto the verified candidate
         return first
 
-    async def _swap_one(self, wid: int, engine: EngineSpec, timeout: float) -> EnginesSwapped:
-        """Ask one worker to load ``engine`` and switch; its answer, or a failure."""
+    async def _swap_one(
+        self, wid: int, engine: EngineSpec, timeout: float, load: bool = True
+    ) -> EnginesSwapped:
+        """Ask one worker to load ``engine`` and switch (``load=False``: only if it holds the
+        voice, else to remember the spec); its answer, or a failure."""
         handle = self.workers.get(wid)
         if handle is None or handle.ready is None:
             return EnginesSwapped(-1, engine.label, False, "worker not ready")
@@ -404,7 +446,7 @@ class WorkerPool:
         seq = self._swap_seq
         future: asyncio.Future[EnginesSwapped] = self.loop.create_future()
         self._swaps[wid] = (seq, future)
-        self._send(handle, SwapEngines(engine, seq))
+        self._send(handle, SwapEngines(engine, seq, load))
         try:
             reply = await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:
@@ -413,7 +455,9 @@ class WorkerPool:
             reply = EnginesSwapped(-1, engine.label, False, f"no answer in {timeout:g} s")
         finally:
             self._swaps.pop(wid, None)
-        if reply.ok and handle.ready is not None:
+        if reply.ok:
+            handle.specs[engine.voice] = engine.label
+        if reply.ok and handle.ready is not None and engine.voice == handle.ready.voice:
             handle.ready = replace(handle.ready, engine_version=engine.label)
             log.info("worker_swapped", worker=wid, engine_version=engine.label)
         return reply

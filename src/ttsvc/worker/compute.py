@@ -58,13 +58,14 @@ class StreamScheduler:
         self._served: dict[str | None, float] = {}
         """Compute seconds each key's streams have had, among keys with streams here."""
 
-    def add(self, job: SynthesisJob) -> None:
-        """Queue a new stream; its first window runs before any other stream's next window."""
+    def add(self, job: SynthesisJob, synth: Synthesizer | None = None) -> None:
+        """Queue a new stream on ``synth`` (its voice's engines; default: ``self.synth``); its
+        first window runs before any other stream's next window."""
         active = {s.job.key for s in self.streams.values()}
         self._served = {k: v for k, v in self._served.items() if k in active}
         # a key that arrives starts level with the least served one, not owed its idle past
         self._served.setdefault(job.key, min(self._served.values(), default=0.0))
-        self.streams[job.uid] = _Stream(job, self.synth)
+        self.streams[job.uid] = _Stream(job, synth or self.synth)
 
     def cancel(self, uid: str) -> StreamDone | None:
         """Drop a stream; returns its final message if it was known."""

@@ -338,10 +338,11 @@ class DeadlineScheduler:
 
     # -- streams ------------------------------------------------------------------------------
 
-    def add(self, job: SynthesisJob) -> None:
-        """Queue a new stream; it is admitted when it fits the capacity."""
+    def add(self, job: SynthesisJob, synth: Synthesizer | None = None) -> None:
+        """Queue a new stream on ``synth`` (its voice's engines; default: ``self.synth``); it
+        is admitted when it fits the capacity."""
         with self.lock:
-            self.streams[job.uid] = _Live(job, self.synth, arrived=self.clock())
+            self.streams[job.uid] = _Live(job, synth or self.synth, arrived=self.clock())
             self.admit()
             self.lock.notify()
 

@@ -13,13 +13,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
 import structlog
 
-from ttsvc.errors import EngineError
-from ttsvc.observability.logs import configure_logging
+from ttsvc.errors import EngineError, UnknownVoice, VoiceUnavailable
+from ttsvc.observability.logs import configure_logging, get_logger
 from ttsvc.protocol import (
     CancelStream,
     EngineSpec,
@@ -27,19 +27,27 @@ from ttsvc.protocol import (
     FromWorker,
     Heartbeat,
     Shutdown,
+    StreamDone,
+    StreamError,
     SwapEngines,
     SynthesisJob,
     WorkerReady,
 )
+from ttsvc.repository.manifest import Manifest
 from ttsvc.synthesis import Synthesizer, WindowSchedule, canary_failure
 from ttsvc.worker.batching import batch_limit, scheduler_for
 from ttsvc.worker.compute import StreamScheduler
 from ttsvc.worker.deadline import DeadlineScheduler, measure
 from ttsvc.worker.heap import Heap
+from ttsvc.worker.voices import VoiceSet, spec_bytes
+
+log = get_logger("worker")
 
 HEARTBEAT_INTERVAL_S = 0.5
 STAGING_POLL_S = 0.05
 """How long an idle worker waits on its pipe before looking for a staged engine set."""
+LOAD_POLL_S = 0.002
+"""The same while a load runs: requests waiting for a voice start as soon as it is in."""
 
 
 def _load(
@@ -48,12 +56,15 @@ def _load(
     schedule: WindowSchedule,
     max_sentence_chars: int,
     cost: tuple[float, float, float] = (0.0, 0.0, 0.0),
+    canary: bool = True,
 ) -> Synthesizer:
     """Load, warm up and calibrate an engine set; raise if its canary fails.
 
     A swap passes the serving engines' measured costs per frame (flow and vocoder together, and
     the flow's part): the new set runs the same architecture on the same machine, and measuring
-    again would compete with live streams.
+    again would compete with live streams. A voice loaded for a request skips the canary
+    (``canary=False``): a staging worker already ran it on these exact bytes (the load still
+    checks every file's sha256), and the request is waiting.
     """
     # imported here, in the worker: the gateway imports this module only to name the spawn
     # target, and must not carry an inference runtime it never runs (20 MB RSS for ORT alone)
@@ -61,7 +72,7 @@ def _load(
 
     synth = Synthesizer(load_engine_spec(spec, threads), schedule,
                         max_sentence_chars)  # fmt: skip
-    failure = canary_failure(synth)  # also the warm-up: first runs allocate
+    failure = canary_failure(synth) if canary else None  # also the warm-up: first runs allocate
     if failure is not None:
         raise EngineError(f"{spec.source} ({spec.label}): {failure}",
                           reason=f"canary synthesis failed: {failure}")  # fmt: skip
@@ -101,8 +112,14 @@ def run_worker(
     log_level: str = "info",
     plan: ComputePlan | None = None,
     log_format: str = "auto",
+    voices: dict[str, EngineSpec] | None = None,
+    voice_budget: int = 0,
 ) -> None:
-    """Process target (spawned). Returns when the gateway says so or its pipe closes."""
+    """Process target (spawned). Returns when the gateway says so or its pipe closes.
+
+    ``spec`` is the voice loaded at start (its canary also measures the process's capacity);
+    ``voices`` are the others the gateway serves, loaded when a request first needs one, and
+    ``voice_budget`` the engine bytes the worker may hold at once (0: no limit)."""
     # the gateway owns shutdown: a Ctrl-C in the terminal, or a SIGTERM sent to the whole
     # process group (systemd, tini -g), must not kill workers while the gateway drains
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -128,17 +145,20 @@ def run_worker(
             conn.send(msg)
 
     capacity = scheduler.capacity.value if isinstance(scheduler, DeadlineScheduler) else 0.0
-    send(WorkerReady(worker_id, synth.engines.manifest.voice, spec.label, synth.sample_rate,
-                     capacity, plan.threads if deadline else 1))  # fmt: skip
-    del synth  # the scheduler holds the serving engines: a local would keep the first set forever
+    held: VoiceSet[Synthesizer] = VoiceSet({**(voices or {}), spec.voice: spec}, voice_budget)
+    held.put(spec.voice, synth, spec_bytes(spec))
+    send(WorkerReady(worker_id, spec.voice, spec.label, synth.sample_rate,
+                     capacity, plan.threads if deadline else 1, held.names()))  # fmt: skip
+    del synth  # the voice set holds the serving engines: a local would keep them forever
+    loader = _Loader(threads, schedule, max_sentence_chars)
     if isinstance(scheduler, DeadlineScheduler):
         scheduler.start(send)
         try:
-            _serve(worker_id, scheduler, conn, send, heap, threads, schedule, max_sentence_chars)
+            _serve(worker_id, scheduler, conn, send, heap, loader, held)
         finally:
             scheduler.close()
         return
-    _serve(worker_id, scheduler, conn, send, heap, threads, schedule, max_sentence_chars)
+    _serve(worker_id, scheduler, conn, send, heap, loader, held)
 
 
 def _costs(synth: Synthesizer) -> tuple[float, float, float]:
@@ -146,44 +166,182 @@ def _costs(synth: Synthesizer) -> tuple[float, float, float]:
     return synth.frame_cost_s, synth.flow_cost_s, synth.acoustic_cost_s
 
 
-def _heartbeat(worker_id: int, scheduler: StreamScheduler | DeadlineScheduler) -> Heartbeat:
-    if not isinstance(scheduler, DeadlineScheduler):
-        return Heartbeat(worker_id, len(scheduler.streams))
-    with scheduler.lock:
-        return Heartbeat(worker_id, len(scheduler.streams), scheduler.capacity.value,
-                         scheduler.demand(), scheduler.waiting(), scheduler.misses,
-                         scheduler.late_s)  # fmt: skip
+Scheduler = StreamScheduler | DeadlineScheduler
+Outcome = Synthesizer | tuple[str, str]
+"""A loaded and canaried engine set, or why not: (reason for clients, detail for the log)."""
 
 
-def _serve(
-    worker_id: int,
-    scheduler: StreamScheduler | DeadlineScheduler,
-    conn: Connection,
-    send: Callable[[FromWorker], None],
-    heap: Heap,
-    threads: int,
-    schedule: WindowSchedule,
-    max_sentence_chars: int,
-) -> None:
-    """The worker's main loop: the pipe, heartbeats and staged swaps, and, for a single-loop
-    scheduler, its steps (the deadline scheduler's own threads run its steps)."""
-    threaded = scheduler if isinstance(scheduler, DeadlineScheduler) else None
-    staged: queue.SimpleQueue[tuple[SwapEngines, Synthesizer | tuple[str, str]]]
-    staged = queue.SimpleQueue()
-    newest_swap = 0
+@dataclass
+class _Loader:
+    """Loads engine sets off the main loop, one thread per load, and queues what came of each:
+    a swap's candidate (its ``SwapEngines``) or a voice a request needs (its ``EngineSpec``)."""
 
-    def stage(request: SwapEngines, cost: tuple[float, float, float]) -> None:
-        """Load and canary a candidate beside the serving engines, off the compute loop, so the
-        streams this worker is serving do not stall while it loads."""
+    threads: int
+    schedule: WindowSchedule
+    max_sentence_chars: int
+    done: queue.SimpleQueue[tuple[SwapEngines | EngineSpec, Outcome, float]] = field(
+        default_factory=queue.SimpleQueue
+    )
+    demand: str | None = None
+    """The voice being loaded for waiting requests (one at a time)."""
+    running: int = 0
+    """Loads in progress (counted by the main loop, which starts and finishes them): it polls
+    its pipe briefly meanwhile, so waiting requests start as soon as their voice is in."""
+
+    def start(self, request: SwapEngines | EngineSpec, cost: tuple[float, float, float]) -> None:
+        """Load ``request``'s engines beside the serving ones (a swap's candidate also runs the
+        canary): the streams this worker is serving do not stall while it loads."""
+        self.running += 1
+        threading.Thread(target=self._run, args=(request, cost), daemon=True).start()
+
+    def _run(self, request: SwapEngines | EngineSpec, cost: tuple[float, float, float]) -> None:
+        swap = isinstance(request, SwapEngines)
+        spec = request.spec if isinstance(request, SwapEngines) else request
+        started = time.perf_counter()
+        outcome: Outcome
         try:
-            spec = request.spec
-            staged.put((request, _load(spec, threads, schedule, max_sentence_chars, cost)))
+            outcome = _load(spec, self.threads, self.schedule, self.max_sentence_chars, cost,
+                            canary=swap)  # fmt: skip
         except Exception as exc:  # a bad candidate must never take the worker down
             # strings only: the exception's traceback would keep the failed candidate's
             # frames, and with them its loaded engines, alive until the next swap. The gateway
             # answers clients with the public reason; the detail is for its log.
             public = exc.public() if isinstance(exc, EngineError) else "could not be loaded"
-            staged.put((request, (public, str(exc))))
+            outcome = (public, str(exc))
+        self.done.put((request, outcome, time.perf_counter() - started))
+
+
+ALIKE = 0.2
+"""How far (as a share) two voices' engine sizes may differ for one's measured costs to stand
+for the other's: Piper voices of one quality share their architecture, so their steps cost the
+same; another quality is measured."""
+
+
+def _alike_costs(held: VoiceSet[Synthesizer], spec: EngineSpec) -> tuple[float, float, float]:
+    """The costs of a held voice built like ``spec`` (same latent and hop, engine sizes within
+    ``ALIKE``), or zeros: measure them (a few hundred milliseconds the request waits)."""
+    wanted = Manifest.model_validate_json(spec.manifest)
+    size = spec_bytes(spec)
+    for synth, held_size in held.held.values():
+        manifest = synth.engines.manifest
+        if (manifest.latent_channels == wanted.latent_channels
+                and manifest.hop_length == wanted.hop_length
+                and abs(held_size - size) <= ALIKE * size):  # fmt: skip
+            return _costs(synth)
+    return 0.0, 0.0, 0.0
+
+
+def _heartbeat(worker_id: int, scheduler: Scheduler, held: VoiceSet[Synthesizer]) -> Heartbeat:
+    waiting = held.waiting_count()  # requests waiting for their voice to load
+    if not isinstance(scheduler, DeadlineScheduler):
+        return Heartbeat(worker_id, len(scheduler.streams) + waiting, voices=held.names())
+    with scheduler.lock:
+        return Heartbeat(worker_id, len(scheduler.streams) + waiting, scheduler.capacity.value,
+                         scheduler.demand(), scheduler.waiting() + waiting, scheduler.misses,
+                         scheduler.late_s, held.names())  # fmt: skip
+
+
+def _hold(scheduler: Scheduler, held: VoiceSet[Synthesizer], spec: EngineSpec,
+          synth: Synthesizer) -> None:  # fmt: skip
+    """Serve ``synth`` as ``spec``'s voice from now on; running streams keep their engines."""
+    held.known[spec.voice] = spec
+    evicted = held.put(spec.voice, synth, spec_bytes(spec))
+    if isinstance(scheduler, DeadlineScheduler):
+        with scheduler.lock:
+            scheduler.synth = synth  # the default must not pin an evicted voice's engines
+    else:
+        scheduler.synth = synth
+    for voice in evicted:
+        log.info("voice_evicted", voice=voice, held=list(held.names()),
+                 held_mb=round(held.used() / 2**20, 1))  # fmt: skip
+
+
+def _serve(
+    worker_id: int,
+    scheduler: Scheduler,
+    conn: Connection,
+    send: Callable[[FromWorker], None],
+    heap: Heap,
+    loader: _Loader,
+    held: VoiceSet[Synthesizer],
+) -> None:
+    """The worker's main loop: the pipe, heartbeats, voice loads and staged swaps, and, for a
+    single-loop scheduler, its steps (the deadline scheduler's own threads run its steps)."""
+    threaded = scheduler if isinstance(scheduler, DeadlineScheduler) else None
+    primary = held.names()[0]
+    newest: dict[str, int] = {}
+    """Newest swap request per voice: an older one still loading is superseded."""
+
+    def start(job: SynthesisJob) -> None:
+        voice = job.voice or primary
+        synth = held.get(voice)
+        if synth is not None:
+            scheduler.add(job, synth)
+        elif voice not in held.known:  # the gateway checks names: a voice removed meanwhile
+            send(StreamError(job.uid, UnknownVoice.status, UnknownVoice.type,
+                             f"unknown voice {voice!r}", "voice"))  # fmt: skip
+        else:
+            held.wait(job, voice)
+            load_next()
+
+    def load_next() -> None:
+        """Start loading the voice the oldest waiting request needs, one voice at a time: loads
+        held at once would each take their memory before the budget could evict anything."""
+        if loader.demand is None and held.waiting:
+            spec = held.known[next(iter(held.waiting))]
+            loader.demand = spec.voice
+            loader.start(spec, _alike_costs(held, spec))
+
+    def finished(request: SwapEngines | EngineSpec, outcome: Outcome, seconds: float) -> None:
+        """A load ended: hold the voice and start its requests, or answer the swap."""
+        loader.running -= 1
+        if isinstance(request, EngineSpec):
+            voice = request.voice
+            loader.demand = None
+            jobs = held.loaded(voice)
+            load_next()
+            if isinstance(outcome, tuple):
+                log.error("voice_load_failed", voice=voice, reason=outcome[0], detail=outcome[1])
+                for job in jobs:
+                    send(StreamError(job.uid, VoiceUnavailable.status, VoiceUnavailable.type,
+                                     f"voice {voice!r} could not be loaded: {outcome[0]}",
+                                     "voice"))  # fmt: skip
+                return
+            current = held.get(voice)  # a swap that finished first holds a newer set
+            if current is None:
+                _hold(scheduler, held, request, outcome)
+                current = outcome
+                log.info("voice_loaded", voice=voice, engine_version=request.label,
+                         load_ms=round(1000 * seconds, 1), held=list(held.names()),
+                         held_mb=round(held.used() / 2**20, 1))  # fmt: skip
+            for job in jobs:
+                scheduler.add(job, current)
+            return
+        label = request.spec.label
+        if request.seq != newest.get(request.spec.voice):
+            reply = EnginesSwapped(worker_id, label, False, "superseded", request.seq)
+        elif isinstance(outcome, tuple):
+            public, detail = outcome
+            reply = EnginesSwapped(worker_id, label, False, public, request.seq, detail=detail)
+        else:
+            _hold(scheduler, held, request.spec, outcome)
+            for job in held.loaded(request.spec.voice):  # waited on an older load: start now
+                scheduler.add(job, outcome)
+            reply = EnginesSwapped(worker_id, label, True, "", request.seq,
+                                   precision=outcome.engines.precision)  # fmt: skip
+        send(reply)
+
+    def swap(msg: SwapEngines) -> None:
+        voice = msg.spec.voice
+        newest[voice] = msg.seq
+        serving = held.held.get(voice)
+        if not msg.load and serving is None and voice not in held.waiting:
+            held.known[voice] = msg.spec  # not held here: loaded from this spec when needed
+            send(EnginesSwapped(worker_id, msg.spec.label, True, "", msg.seq))
+            return
+        # the new set runs the same voice on the same machine: measuring again would compete
+        # with live streams
+        loader.start(msg, _costs(serving[0]) if serving else (0.0, 0.0, 0.0))
 
     last_beat = 0.0
     parent = os.getppid()
@@ -193,30 +351,17 @@ def _serve(
             if os.getppid() != parent:
                 return  # the gateway died: do not linger as an orphan
             if threaded is None or threaded.stalled_for() < HANG_S:
-                send(_heartbeat(worker_id, scheduler))
+                send(_heartbeat(worker_id, scheduler, held))
             last_beat = now
-        while not staged.empty():
-            request, result = staged.get()
-            label = request.spec.label
-            if request.seq != newest_swap:
-                reply = EnginesSwapped(worker_id, label, False, "superseded", request.seq)
-            elif isinstance(result, tuple):
-                public, detail = result
-                reply = EnginesSwapped(worker_id, label, False, public, request.seq,
-                                       detail=detail)  # fmt: skip
-            else:
-                if isinstance(scheduler, DeadlineScheduler):
-                    with scheduler.lock:
-                        scheduler.synth = result  # running streams keep their own engines
-                else:
-                    scheduler.synth = result
-                reply = EnginesSwapped(worker_id, label, True, "", request.seq,
-                                       precision=result.engines.precision)  # fmt: skip
-            del result  # a superseded candidate is freed now, not at the next swap
-            heap.freed()
-            send(reply)
+        while not loader.done.empty():
+            finished(*loader.done.get())
+            heap.freed()  # a superseded or replaced set is freed now, not at the next swap
         busy = bool(scheduler.streams)
-        timeout = 0.0 if busy and threaded is None else STAGING_POLL_S
+        timeout = STAGING_POLL_S
+        if busy and threaded is None:
+            timeout = 0.0
+        elif loader.running:
+            timeout = LOAD_POLL_S
         try:
             if not busy and not conn.poll(0):
                 heap.trim_if_due()  # idle: a trim's few milliseconds delay no window
@@ -224,16 +369,17 @@ def _serve(
                 msg = conn.recv()
                 timeout = 0.0
                 if isinstance(msg, SynthesisJob):
-                    scheduler.add(msg)
+                    start(msg)
                 elif isinstance(msg, CancelStream):
+                    if held.drop_waiting(msg.uid):
+                        send(StreamDone(msg.uid, 0, 0.0))
+                        continue
                     done = scheduler.cancel(msg.uid)
                     heap.freed()
                     if done is not None:
                         send(done)
                 elif isinstance(msg, SwapEngines):
-                    newest_swap = msg.seq
-                    cost = _costs(scheduler.synth)  # no local: it would pin the old engines
-                    threading.Thread(target=stage, args=(msg, cost), daemon=True).start()
+                    swap(msg)
                 elif isinstance(msg, Shutdown):
                     return
         except (EOFError, OSError):

@@ -1,0 +1,124 @@
+"""Every voice under the engines directory, served at once, each with its own hot swap.
+
+Lives in the gateway process, on its event loop. A team mounts the voices it needs as
+``<root>/<voice>/<version>/``; each voice gets its own ``EngineSwapper`` (its versions, its
+rejections, its swaps), so publishing or breaking one voice never touches another. A voice
+directory that appears while the service runs is picked up without a restart: the root is
+watched (not recursively: each swapper watches its own voice).
+
+The default voice is looked at first, so the workers start on it when it verifies; every other
+voice's first good version is then judged by a staging worker like any new version, and workers
+load it when a request first needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from watchfiles import Change, awatch
+
+from ttsvc.gateway.hotswap import EngineSwapper
+from ttsvc.observability.logs import get_logger
+from ttsvc.protocol import EngineSpec
+from ttsvc.repository.layout import STAGING_PREFIX
+
+log = get_logger("catalog")
+
+
+def voice_names(root: Path) -> list[str]:
+    """Directories directly under ``root`` that may hold a voice (blocking: run in a thread)."""
+    if not root.is_dir():
+        return []
+    return sorted(
+        p.name for p in root.iterdir()
+        if p.is_dir() and not p.name.startswith((".", STAGING_PREFIX))
+    )  # fmt: skip
+
+
+def _top_level(change: Change, path: str) -> bool:
+    """watchfiles filter: names that may be voices (hidden and staging names never are)."""
+    return not Path(path).name.startswith(".")
+
+
+class VoiceCatalog:
+    """The swappers of every voice found under one engines directory (gateway process)."""
+
+    def __init__(
+        self,
+        root: Path,
+        default: str,
+        make: Callable[[str], EngineSwapper],
+        *,
+        polling: bool = False,
+    ) -> None:
+        self.root = root
+        self.default = default
+        """The voice for requests that name none: looked at first, so workers start on it."""
+        self.make = make
+        self.polling = polling
+        self.swappers: dict[str, EngineSwapper] = {}
+        self._watches: set[asyncio.Task[None]] = set()
+        self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    async def initial(self) -> None:
+        """Verify every voice present, the default first, and start serving the good ones."""
+        await self.scan()
+
+    async def scan(self) -> None:
+        """Add a swapper for every voice directory not known yet."""
+        async with self._lock:
+            names = await asyncio.to_thread(voice_names, self.root)
+            names.sort(key=lambda name: name != self.default)  # stable: the rest by name
+            for name in names:
+                if name in self.swappers or self._stop.is_set():
+                    continue
+                swapper = self.make(name)
+                self.swappers[name] = swapper
+                if name != self.default:
+                    log.info("voice_found", voice=name)
+                await swapper.initial()
+                task = asyncio.ensure_future(swapper.watch())
+                self._watches.add(task)
+                task.add_done_callback(self._watches.discard)
+
+    async def watch(self) -> None:
+        """Pick up voice directories that appear under the root until stopped."""
+        async for _changes in awatch(
+            self.root,
+            watch_filter=_top_level,
+            debounce=50,
+            step=10,
+            stop_event=self._stop,
+            force_polling=self.polling,
+            poll_delay_ms=50,
+            recursive=False,
+        ):
+            try:
+                await self.scan()
+            except Exception:  # the watcher must outlive any one bad voice directory
+                log.exception("voice_scan_failed")
+
+    def stop(self) -> None:
+        """End every watch and any re-check still scheduled."""
+        self._stop.set()
+        for swapper in self.swappers.values():
+            swapper.stop()
+
+    @property
+    def background(self) -> list[asyncio.Task[None]]:
+        """The voices' watches and re-checks (``stop`` ends them; shutdown awaits them)."""
+        tasks = list(self._watches)
+        for swapper in self.swappers.values():
+            tasks.extend(swapper.background)
+        return tasks
+
+    def serving(self) -> dict[str, EngineSpec]:
+        """Each voice's serving engines, for voices with a good version."""
+        return {name: s.current for name, s in self.swappers.items() if s.current is not None}
+
+    def get(self, voice: str) -> EngineSwapper | None:
+        """The swapper of ``voice`` (known to the catalog, serving or not)."""
+        return self.swappers.get(voice)
