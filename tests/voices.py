@@ -5,6 +5,9 @@ voice would come (``<name>.onnx`` beside ``<name>.onnx.json``): British English,
 quality, and a 1.3 length scale. Its vocoder makes the same samples as the packaged voice's, but
 declared at 16000 Hz they play at that rate and, with the slower length scale, for longer: tests
 tell the two voices apart by rate and by length.
+
+Its espeak-ng voice is "en-gb-x-rp", as Piper's en_GB voices name it: "en-gb" is a language code
+espeak-ng knows, but not a voice it can set by name (``ttsvc compile`` refuses it in one line).
 """
 
 from __future__ import annotations
