@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,9 +14,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from tests.voices import SECOND_VOICE, derive_checkpoint
 from ttsvc.backends.base import EngineSet
 from ttsvc.backends.onnxruntime import load_engine_set
 from ttsvc.compile.build import default_checkpoint, ensure_default_voice
+from ttsvc.config import DEFAULT_VOICE
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.synthesis import Synthesizer
 from ttsvc.voice import VoiceConfig
@@ -26,18 +30,47 @@ def engines_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     ``TTSVC_TEST_ENGINES`` may name a directory already holding the compiled default voice: it is
     copied in (never used in place, tests may change their copy), which saves a developer the
-    compile on every run. CI leaves it unset and compiles, as a new user would.
+    compile on every run. CI leaves it unset and compiles, as a new user would. Only the default
+    voice is copied: the servers that share this directory serve one voice (the prebuilt one may
+    also hold the derived second voice, for ``second_voice_root``).
     """
     root = tmp_path_factory.mktemp("engines")
     prebuilt = os.environ.get("TTSVC_TEST_ENGINES")
-    if prebuilt:
-        shutil.copytree(prebuilt, root, dirs_exist_ok=True)
+    if prebuilt and (Path(prebuilt) / DEFAULT_VOICE).is_dir():
+        shutil.copytree(Path(prebuilt) / DEFAULT_VOICE, root / DEFAULT_VOICE)
     return root
 
 
 @pytest.fixture(scope="session")
 def default_version(engines_root: Path) -> EngineVersion:
     return ensure_default_voice(engines_root, lambda _msg: None)
+
+
+@pytest.fixture(scope="session")
+def second_voice_root(
+    tmp_path_factory: pytest.TempPathFactory, default_version: EngineVersion
+) -> Path:
+    """An engines directory of two voices: the compiled default voice and the derived second one
+    (``tests/voices.py``), compiled by the real ``ttsvc compile --checkpoint`` as a user would.
+
+    Its own directory, not ``engines_root``, whose servers must keep serving one voice. Where
+    ``TTSVC_TEST_ENGINES`` holds a compiled ``en_GB-derived-low`` it is copied instead of compiled
+    (a minute saved per run; the compile itself is proven in tests/compile/test_other_voice.py).
+    """
+    root = tmp_path_factory.mktemp("engines-two-voices")
+    shutil.copytree(default_version.path, root / DEFAULT_VOICE / str(default_version.version))
+    prebuilt = os.environ.get("TTSVC_TEST_ENGINES")
+    if prebuilt and (Path(prebuilt) / SECOND_VOICE).is_dir():
+        shutil.copytree(Path(prebuilt) / SECOND_VOICE, root / SECOND_VOICE)
+        return root
+    model, _ = derive_checkpoint(tmp_path_factory.mktemp("derived-checkpoint"))
+    result = subprocess.run(
+        [sys.executable, "-m", "ttsvc.cli", "compile", "--checkpoint", str(model),
+         "--output-dir", str(root)],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return root
 
 
 @pytest.fixture(scope="session")

@@ -130,6 +130,14 @@ class GraphShapeError(TTSError):
     type = "unsupported_graph"
 
 
+class VoiceConfigError(TTSError):
+    """A checkpoint's JSON config is not a usable Piper voice config (no phoneme map, an
+    espeak-ng voice that does not exist ...); ``field`` names the part at fault."""
+
+    status = 400
+    type = "invalid_voice_config"
+
+
 class BackendUnavailable(TTSError):
     """The requested backend cannot run on this machine (e.g. TensorRT without a GPU)."""
 

@@ -8,6 +8,7 @@ against the original graph, then write the manifest last and rename the director
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -20,6 +21,7 @@ from typing import Literal
 import numpy as np
 import onnx
 import onnxruntime as ort
+from pydantic import ValidationError
 
 from ttsvc.backends.onnxruntime import (
     ACOUSTIC_FILE,
@@ -34,7 +36,7 @@ from ttsvc.backends.onnxruntime import (
 )
 from ttsvc.compile.split import GraphSplit, SplitEngines, SplitPoint, split_model
 from ttsvc.config import DEFAULT_VOICE
-from ttsvc.errors import GraphShapeError, InvalidParameter
+from ttsvc.errors import GraphShapeError, InvalidParameter, VoiceConfigError
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.repository.manifest import (
     FileEntry,
@@ -46,7 +48,8 @@ from ttsvc.repository.manifest import (
 )
 from ttsvc.synthesis import WindowSchedule
 from ttsvc.text.frontend import TextFrontEnd
-from ttsvc.voice import HOP_LENGTH, VOICE_FILE, VoiceConfig
+from ttsvc.text.phonemize import BOS, EOS, PAD, phonemize
+from ttsvc.voice import VOICE_FILE, VoiceConfig
 
 Precision = Literal["fp32", "fp16", "int8"]
 Backend = Literal["ort", "trt"]
@@ -228,6 +231,63 @@ def calibrate_context(
     return FrameContext(left=left, right=right, max_abs_error=measured)
 
 
+PIPER_INPUTS = ("input", "input_lengths", "scales")
+"""Inputs every Piper graph takes (multi-speaker ones add ``sid``)."""
+
+
+def read_voice_config(path: Path) -> tuple[dict[str, object], VoiceConfig]:
+    """A user's Piper config, raw (kept verbatim as ``voice.json``) and parsed.
+
+    Checked before anything is built, so a config that is not a Piper voice's fails in one line
+    naming the file and the field, instead of a traceback a minute into the compile.
+    """
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise VoiceConfigError(f"{path}: not a readable JSON file: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise VoiceConfigError(f"{path}: not a JSON object")
+    id_map = raw.get("phoneme_id_map")
+    if not isinstance(id_map, dict) or not id_map:
+        raise VoiceConfigError(
+            f"{path}: no phoneme_id_map, so not a Piper voice config (it maps each phoneme to "
+            "the graph's input ids)",
+            field="phoneme_id_map",
+        )
+    missing = [symbol for symbol in (PAD, BOS, EOS) if symbol not in id_map]
+    if missing:
+        raise VoiceConfigError(f"{path}: phoneme_id_map lacks Piper's {' '.join(missing)} "
+                               "symbol(s)", field="phoneme_id_map")  # fmt: skip
+    try:
+        voice = VoiceConfig.from_piper(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise VoiceConfigError(f"{path}: {where}: {first['msg']}", field=where) from exc
+    try:
+        phonemize("test", voice.espeak_voice)
+    except RuntimeError as exc:
+        raise VoiceConfigError(f"{path}: espeak.voice {voice.espeak_voice!r} is not a voice "
+                               "espeak-ng can set (British English, for one, is 'en-gb-x-rp')",
+                               field="espeak.voice") from exc  # fmt: skip
+    return raw, voice
+
+
+def load_piper_graph(path: Path) -> onnx.ModelProto:
+    """The checkpoint's graph, refused in one line when it is not ONNX or lacks Piper's inputs."""
+    try:
+        onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as exc:
+        raise GraphShapeError(f"{path}: not a valid ONNX model: {exc}".strip()) from exc
+    model = onnx.load(str(path))
+    names = {value.name for value in model.graph.input}
+    missing = [name for name in PIPER_INPUTS if name not in names]
+    if missing:
+        raise GraphShapeError(f"{path}: not a Piper voice graph: no input(s) {', '.join(missing)} "
+                              f"(it has {', '.join(sorted(names)) or 'none'})")  # fmt: skip
+    return model
+
+
 def compile_voice(opts: CompileOptions) -> EngineVersion:
     """Build, check and publish one engine version; returns where it was published."""
     if opts.backend == "trt":
@@ -242,12 +302,11 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
         )
     if opts.max_batch != 1 and opts.backend == "ort":
         opts.log("note: --max-batch applies to TensorRT profiles; CPU engines run batch 1")
-    voice_raw = json.loads(opts.config.read_text(encoding="utf-8"))
-    voice = VoiceConfig.from_piper(voice_raw)
+    voice_raw, voice = read_voice_config(opts.config)
     calibrations = 2 if opts.split_at == "flow" else 1
     progress = _Progress(opts.log, 4 + calibrations + (opts.quantize == "int8"))
     progress.step(f"load {opts.checkpoint.name} and split it at the {opts.split_at} input")
-    model = onnx.load(str(opts.checkpoint))
+    model = load_piper_graph(opts.checkpoint)
     engines = split_model(model, opts.split_at)
     graphs = {ACOUSTIC_FILE: engines.acoustic, VOCODER_FILE: engines.vocoder}
     if engines.flow is not None:
@@ -277,7 +336,7 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
                           f"{CALIBRATION_COST[stage] * reference_s:.0f} s)")  # fmt: skip
             if stage == "vocoder":
                 contexts[stage] = calibrate_context(chain.vocoder, reference.frames,
-                                                    voice.hop_length)  # fmt: skip
+                                                    reference.hop)  # fmt: skip
             elif chain.flow is not None:
                 contexts[stage] = calibrate_context(chain.flow, reference.latents, 1,
                                                     chain.vocoder)  # fmt: skip
@@ -303,8 +362,9 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
 
         progress.step("write the manifest, load the engines as a worker will, publish")
         files = {name: file_entry(staging / name) for name in [*graphs, VOICE_FILE]}
-        manifest = _manifest(opts, version, precision, voice, contexts, files, engines.split,
-                             {"onnx": onnx.__version__, **runtime_fingerprint()})  # fmt: skip
+        manifest = _manifest(opts, version, precision, voice, reference.hop, contexts, files,
+                             engines.split, {"onnx": onnx.__version__,
+                                             **runtime_fingerprint()})  # fmt: skip
         manifest.latent_channels = int(reference.frames[0].shape[1])
         manifest.quality.update(quality)
         write_manifest(staging, manifest)
@@ -312,6 +372,8 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
         published = repo.publish(opts.voice, staging, version)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the voice's directory, if this compile made it
+            staging.parent.rmdir()
         raise
     opts.log(f"published {published.path}")
     return published
@@ -343,8 +405,8 @@ def _publish_trt(
         seq_len=opts.seq_len, schedule=opts.schedule, log=opts.log,
     )  # fmt: skip
     files = {name: file_entry(staging / name) for name in [*build.files, VOICE_FILE]}
-    manifest = _manifest(opts, version, build.precision, voice, contexts, files, engines.split,
-                         {"onnx": onnx.__version__, **build.runtime})  # fmt: skip
+    manifest = _manifest(opts, version, build.precision, voice, reference.hop, contexts, files,
+                         engines.split, {"onnx": onnx.__version__, **build.runtime})  # fmt: skip
     manifest.latent_channels = channels
     manifest.max_batch = opts.max_batch
     manifest.profiles = build.profiles
@@ -406,6 +468,8 @@ class _Reference:
     frames: list[np.ndarray]
     audio: list[np.ndarray]
     max_abs_error: float
+    hop: int = 0
+    """Samples the vocoder makes per frame, measured (the config does not say it)."""
 
 
 def _canary_ids(voice: VoiceConfig) -> list[list[int]]:
@@ -432,6 +496,13 @@ def _checked_reference(
                 f"split engines give {got.shape} samples, original {expected.shape}"
             )
         ref.max_abs_error = max(ref.max_abs_error, float(np.max(np.abs(got - expected))))
+        hop, rest = divmod(got.shape[-1], frames.shape[-1])
+        if rest or (ref.hop and hop != ref.hop):
+            raise GraphShapeError(
+                f"the vocoder makes {got.shape[-1]} samples of {frames.shape[-1]} frames: not "
+                "one fixed number of samples per frame"
+            )
+        ref.hop = hop
         ref.latents.append(latents)
         ref.frames.append(frames)
         ref.audio.append(got)
@@ -463,6 +534,7 @@ def _manifest(
     version: int,
     precision: dict[str, str],
     voice: VoiceConfig,
+    hop: int,
     contexts: dict[str, FrameContext],
     files: dict[str, FileEntry],
     split: GraphSplit,
@@ -474,7 +546,7 @@ def _manifest(
         backend=opts.backend,
         precision=precision,
         sample_rate=voice.sample_rate,
-        hop_length=voice.hop_length or HOP_LENGTH,
+        hop_length=hop,
         latent_channels=0,  # filled in from the measured latents
         split_at=split.split_at,
         contexts=contexts,
