@@ -116,7 +116,9 @@ def start(engines: Path, log_path: Path, count: int, budget_mb: float, cache: Pa
     return server
 
 
-def memory_rows(source: Path, default: str, counts: Sequence[int], temp: Path) -> list[dict[str, Any]]:
+def memory_rows(
+    source: Path, default: str, counts: Sequence[int], temp: Path
+) -> list[dict[str, Any]]:
     rows = []
     for count in counts:
         engines = temp / f"engines-{count}"

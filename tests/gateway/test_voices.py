@@ -28,6 +28,9 @@ from tests.voices import SECOND_SAMPLE_RATE, SECOND_VOICE
 from ttsvc.backends.onnxruntime import load_engine_set
 from ttsvc.synthesis import SynthesisParams, Synthesizer
 
+# the module's first test may compile the derived voice (``second_voice_root``) first
+pytestmark = pytest.mark.timeout(900)
+
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
 TEXT = "Two voices, one service. Each speaks as its own config says."
 

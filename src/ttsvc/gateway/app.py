@@ -58,7 +58,6 @@ from ttsvc.errors import (
     TTSError,
     UnknownModel,
     UnknownVoice,
-    VoiceUnavailable,
 )
 from ttsvc.gateway.auth import KeyStore
 from ttsvc.gateway.catalog import VoiceCatalog
@@ -177,8 +176,8 @@ class GatewayState:
 
     def resolve_voice(self, name: str | None) -> str:
         """The served voice a request's ``voice`` names (OpenAI's names and aliases included):
-        a voice with no verified engine yet is a 503 that says so, a name nothing serves a 404
-        listing the voices that do."""
+        a voice with no verified engine yet is a 503 ``engine_unavailable``, as the whole
+        service is before its first; a name nothing serves a 404 listing the voices that do."""
         if name is None:
             name = self.voice
         aliases = {alias: self.voice for alias in OPENAI_VOICES}
@@ -189,8 +188,8 @@ class GatewayState:
         if swapper is not None and swapper.current is not None:
             return target
         if swapper is not None:
-            raise VoiceUnavailable(f"voice {target!r} has no verified engine yet: GET /voices "
-                                   "says why", field="voice")  # fmt: skip
+            raise EngineError(f"voice {target!r} has no verified engine yet: GET /voices says "
+                              "why")  # fmt: skip
         served = ", ".join(sorted(catalog.serving())) if catalog is not None else ""
         raise UnknownVoice(f"unknown voice {name!r}; served: {served or 'none'}", field="voice")
 
