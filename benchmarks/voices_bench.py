@@ -187,8 +187,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--engines-dir", default=str(DEFAULT_ENGINES),
                    help="engine repository; the default voice is compiled here if missing")
     p.add_argument("--counts", default="1,2,4", help="voice counts to measure memory at")
-    p.add_argument("--budget-mb", type=float, default=130.0,
-                   help="memory budget of the on-demand part (two medium voices: about 121 MB)")
+    p.add_argument("--budget-mb", type=float, default=300.0,
+                   help="memory budget of the on-demand part (two medium voices: about 280 MB)")
     p.add_argument("--rounds", type=int, default=3, help="rounds over every voice, on demand")
     p.add_argument("--json", default=str(DEFAULT_JSON), help="where to write every number")
     return p

@@ -218,6 +218,9 @@ def test_version(tmp_path: Path) -> None:
     project = (Path(__file__).parents[1] / "pyproject.toml").read_text()
     version = re.search(r'^version = "(.+)"', project, re.MULTILINE)
     assert version is not None and result.stdout.split() == ["ttsvc", version.group(1)]
+    as_module = subprocess.run([sys.executable, "-m", "ttsvc", "--version"], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert as_module.returncode == 0 and as_module.stdout == result.stdout  # python -m ttsvc
 
 
 def test_keys_list_and_remove(tmp_path: Path) -> None:

@@ -207,8 +207,8 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    metavar="NAME=VOICE", help="map a voice name to a served voice (repeatable; "
                    "default: OpenAI's voice names to --voice)")
     p.add_argument("--voice-memory-mb", type=float, default=None,
-                   help="engine megabytes a worker holds loaded at once; past it the least "
-                   "recently used voice is let go (0: no limit)")
+                   help="megabytes the voices a worker holds may take (a medium voice: about "
+                   "140); past it the least recently used voice is let go (0: no limit)")
     _document_defaults(p)
 
 

@@ -174,10 +174,10 @@ class Settings(BaseSettings):
     """Voice names mapped to served voices (JSON), over the default mapping of OpenAI's voice
     names (alloy, echo, ...) to ``voice``."""
     voice_memory_mb: float = Field(1024.0, ge=0.0, le=1_000_000.0)
-    """Engine megabytes one worker may hold loaded at once (every voice under ``engines_dir``
-    is served; a worker loads a voice when a request first needs it). Past it, the worker lets
-    go of the voice it used least recently; 0: no limit. A medium Piper voice's engines take
-    about 60 MB."""
+    """Megabytes the voices one worker holds loaded may take (every voice under
+    ``engines_dir`` is served; a worker loads a voice when a request first needs it), each
+    counted as what the worker grew by loading it (about 140 MB for a medium Piper voice). Past
+    it, the worker lets go of the voice it used least recently; 0: no limit."""
 
     @model_validator(mode="before")
     @classmethod

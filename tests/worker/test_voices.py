@@ -7,9 +7,11 @@ tests/gateway/test_voices.py.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ttsvc.protocol import EngineSpec, SynthesisJob
 from ttsvc.repository.layout import EngineVersion
-from ttsvc.worker.voices import VoiceSet, spec_bytes
+from ttsvc.worker.voices import VoiceSet, resident_bytes, spec_bytes, voice_bytes
 
 MB = 2**20
 
@@ -73,3 +75,23 @@ def test_spec_bytes_sums_the_manifest_files(default_version: EngineVersion) -> N
     on_disk = sum(p.stat().st_size for p in default_version.path.iterdir()
                   if p.name != "manifest.json")  # fmt: skip
     assert spec_bytes(spec) == on_disk
+
+
+def test_a_voice_counts_what_loading_it_grew_the_worker_by_and_never_less_than_its_files(
+    default_version: EngineVersion,
+) -> None:
+    manifest = (default_version.path / "manifest.json").read_text(encoding="utf-8")
+    spec = EngineSpec("1", "v", 1, "src", {}, (), manifest, "cache")
+    files = spec_bytes(spec)
+    assert voice_bytes(spec, 0) == files
+    assert voice_bytes(spec, -5 * MB) == files  # memory freed meanwhile by something else
+    assert voice_bytes(spec, 3 * files) == 3 * files
+
+
+def test_resident_bytes_sees_memory_the_process_touches() -> None:
+    before = resident_bytes()
+    block = np.ones(64 * MB // 8)  # 64 MB, every page written
+    grown = resident_bytes() - before
+    assert before > 0
+    assert grown >= 48 * MB, grown  # the allocator may reuse a little freed memory
+    del block

@@ -39,7 +39,7 @@ from ttsvc.worker.batching import batch_limit, scheduler_for
 from ttsvc.worker.compute import StreamScheduler
 from ttsvc.worker.deadline import DeadlineScheduler, measure
 from ttsvc.worker.heap import Heap
-from ttsvc.worker.voices import VoiceSet, spec_bytes
+from ttsvc.worker.voices import VoiceSet, resident_bytes, spec_bytes, voice_bytes
 
 log = get_logger("worker")
 
@@ -129,7 +129,9 @@ def run_worker(
     plan = plan or ComputePlan()
     heap = Heap()
     heap.pin_mmap_threshold()  # before the engines load: their weights are the large blocks
+    before = resident_bytes()
     synth = _load(spec, threads, schedule, max_sentence_chars)
+    grown = resident_bytes() - before
     deadline = plan.scheduler == "deadline" and multiplex and batch_limit(synth.engines) == 1
     if deadline:
         rate, first_chunk_s, per_char = measure(synth)
@@ -146,7 +148,7 @@ def run_worker(
 
     capacity = scheduler.capacity.value if isinstance(scheduler, DeadlineScheduler) else 0.0
     held: VoiceSet[Synthesizer] = VoiceSet({**(voices or {}), spec.voice: spec}, voice_budget)
-    held.put(spec.voice, synth, spec_bytes(spec))
+    held.put(spec.voice, synth, voice_bytes(spec, grown))
     send(WorkerReady(worker_id, spec.voice, spec.label, synth.sample_rate,
                      capacity, plan.threads if deadline else 1, held.names()))  # fmt: skip
     del synth  # the voice set holds the serving engines: a local would keep them forever
@@ -179,7 +181,7 @@ class _Loader:
     threads: int
     schedule: WindowSchedule
     max_sentence_chars: int
-    done: queue.SimpleQueue[tuple[SwapEngines | EngineSpec, Outcome, float]] = field(
+    done: queue.SimpleQueue[tuple[SwapEngines | EngineSpec, Outcome, float, int]] = field(
         default_factory=queue.SimpleQueue
     )
     demand: str | None = None
@@ -198,6 +200,7 @@ class _Loader:
         swap = isinstance(request, SwapEngines)
         spec = request.spec if isinstance(request, SwapEngines) else request
         started = time.perf_counter()
+        before = resident_bytes()  # another load at the same time counts twice: evicts early
         outcome: Outcome
         try:
             outcome = _load(spec, self.threads, self.schedule, self.max_sentence_chars, cost,
@@ -208,7 +211,8 @@ class _Loader:
             # answers clients with the public reason; the detail is for its log.
             public = exc.public() if isinstance(exc, EngineError) else "could not be loaded"
             outcome = (public, str(exc))
-        self.done.put((request, outcome, time.perf_counter() - started))
+        self.done.put((request, outcome, time.perf_counter() - started,
+                       resident_bytes() - before))  # fmt: skip
 
 
 ALIKE = 0.2
@@ -222,8 +226,9 @@ def _alike_costs(held: VoiceSet[Synthesizer], spec: EngineSpec) -> tuple[float, 
     ``ALIKE``), or zeros: measure them (a few hundred milliseconds the request waits)."""
     wanted = Manifest.model_validate_json(spec.manifest)
     size = spec_bytes(spec)
-    for synth, held_size in held.held.values():
+    for synth, _ in held.held.values():
         manifest = synth.engines.manifest
+        held_size = sum(entry.size for entry in manifest.files.values())
         if (manifest.latent_channels == wanted.latent_channels
                 and manifest.hop_length == wanted.hop_length
                 and abs(held_size - size) <= ALIKE * size):  # fmt: skip
@@ -242,10 +247,11 @@ def _heartbeat(worker_id: int, scheduler: Scheduler, held: VoiceSet[Synthesizer]
 
 
 def _hold(scheduler: Scheduler, held: VoiceSet[Synthesizer], spec: EngineSpec,
-          synth: Synthesizer) -> None:  # fmt: skip
-    """Serve ``synth`` as ``spec``'s voice from now on; running streams keep their engines."""
+          synth: Synthesizer, grown: int) -> None:  # fmt: skip
+    """Serve ``synth`` as ``spec``'s voice from now on (the worker grew by ``grown`` bytes
+    loading it); running streams keep their engines."""
     held.known[spec.voice] = spec
-    evicted = held.put(spec.voice, synth, spec_bytes(spec))
+    evicted = held.put(spec.voice, synth, voice_bytes(spec, grown))
     if isinstance(scheduler, DeadlineScheduler):
         with scheduler.lock:
             scheduler.synth = synth  # the default must not pin an evicted voice's engines
@@ -292,7 +298,9 @@ def _serve(
             loader.demand = spec.voice
             loader.start(spec, _alike_costs(held, spec))
 
-    def finished(request: SwapEngines | EngineSpec, outcome: Outcome, seconds: float) -> None:
+    def finished(
+        request: SwapEngines | EngineSpec, outcome: Outcome, seconds: float, grown: int
+    ) -> None:
         """A load ended: hold the voice and start its requests, or answer the swap."""
         loader.running -= 1
         if isinstance(request, EngineSpec):
@@ -309,7 +317,7 @@ def _serve(
                 return
             current = held.get(voice)  # a swap that finished first holds a newer set
             if current is None:
-                _hold(scheduler, held, request, outcome)
+                _hold(scheduler, held, request, outcome, grown)
                 current = outcome
                 log.info("voice_loaded", voice=voice, engine_version=request.label,
                          load_ms=round(1000 * seconds, 1), held=list(held.names()),
@@ -324,7 +332,7 @@ def _serve(
             public, detail = outcome
             reply = EnginesSwapped(worker_id, label, False, public, request.seq, detail=detail)
         else:
-            _hold(scheduler, held, request.spec, outcome)
+            _hold(scheduler, held, request.spec, outcome, grown)
             for job in held.loaded(request.spec.voice):  # waited on an older load: start now
                 scheduler.add(job, outcome)
             reply = EnginesSwapped(worker_id, label, True, "", request.seq,

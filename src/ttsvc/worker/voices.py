@@ -12,9 +12,11 @@ Pure bookkeeping, no threads or IO: the worker's main loop owns it.
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Generic, TypeVar
 
 from ttsvc.protocol import EngineSpec, SynthesisJob
@@ -25,9 +27,24 @@ T = TypeVar("T")
 
 
 def spec_bytes(spec: EngineSpec) -> int:
-    """Bytes of an engine set's files, as its manifest lists them: what its weights take in a
-    worker once loaded, the unit of the memory budget (a model's RSS follows its weights)."""
+    """Bytes of an engine set's files, as its manifest lists them: the least a loaded set takes
+    (ONNX Runtime's sessions take about twice that, with their arenas and packed weights)."""
     return sum(entry.size for entry in Manifest.model_validate_json(spec.manifest).files.values())
+
+
+def resident_bytes() -> int:
+    """This process's resident set size (Linux ``/proc/self/statm``; 0 where there is none)."""
+    try:
+        pages = Path("/proc/self/statm").read_text(encoding="ascii").split()[1]
+        return int(pages) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def voice_bytes(spec: EngineSpec, grown: int) -> int:
+    """What a loaded voice counts against the memory budget: how much the worker grew while it
+    loaded it (what the container's memory limit sees), never less than its files."""
+    return max(spec_bytes(spec), grown)
 
 
 @dataclass
@@ -37,8 +54,8 @@ class VoiceSet(Generic[T]):
     known: dict[str, EngineSpec]
     """Every voice the gateway serves, by name: the spec a load of it uses."""
     budget_bytes: int = 0
-    """Most engine bytes held at once (0: no limit). The voice just loaded always stays, so a
-    budget below one voice still serves, one voice at a time."""
+    """Most bytes the held voices may take (0: no limit), each counted as ``voice_bytes``. The
+    voice just loaded always stays, so a budget below one voice still serves, one at a time."""
     held: OrderedDict[str, tuple[T, int]] = field(default_factory=OrderedDict)
     """Voice → (engines, bytes), least recently used first."""
     waiting: dict[str, list[SynthesisJob]] = field(default_factory=dict)
@@ -65,7 +82,7 @@ class VoiceSet(Generic[T]):
         return evicted
 
     def used(self) -> int:
-        """Engine bytes held now."""
+        """Bytes the held voices take, as counted against the budget."""
         return sum(size for _, size in self.held.values())
 
     def wait(self, job: SynthesisJob, voice: str) -> bool:
