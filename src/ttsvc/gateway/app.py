@@ -499,6 +499,10 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         entries = []
         for name in names:
             swapper = catalog.swappers[name]
+            if name != state.voice and swapper.current is None and not (
+                swapper.rejected or swapper.pending
+            ):
+                continue  # no version at all yet (a compile in progress, lost+found)
             entries.append(voice_entry(name, swapper, await details(swapper.current),
                                        sorted(aliases.get(name, []))))  # fmt: skip
         return {"voices": entries}
