@@ -14,10 +14,16 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from tests.speakers import derive_multi_speaker
 from tests.voices import SECOND_VOICE, derive_checkpoint
 from ttsvc.backends.base import EngineSet
 from ttsvc.backends.onnxruntime import load_engine_set
-from ttsvc.compile.build import default_checkpoint, ensure_default_voice
+from ttsvc.compile.build import (
+    CompileOptions,
+    compile_voice,
+    default_checkpoint,
+    ensure_default_voice,
+)
 from ttsvc.config import DEFAULT_VOICE
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.synthesis import Synthesizer
@@ -96,19 +102,53 @@ def piper_graph() -> Iterator[ort.InferenceSession]:
     yield ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
 
 
+@pytest.fixture(scope="session")
+def multi_speaker_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A three-speaker voice derived from the packaged one (``tests/speakers.py``)."""
+    return derive_multi_speaker(tmp_path_factory.mktemp("multi-speaker"))
+
+
+@pytest.fixture(scope="session")
+def multi_speaker_version(
+    multi_speaker_checkpoint: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> EngineVersion:
+    """The derived voice compiled once per session, into its own engines directory (the
+    shared one holds the default voice alone, as the gateway tests expect)."""
+    model, config = multi_speaker_checkpoint
+    root = tmp_path_factory.mktemp("multi-speaker-engines")
+    return compile_voice(CompileOptions(model, config, root, "en_US-trio-medium"))
+
+
+@pytest.fixture(scope="session")
+def multi_speaker_synth(multi_speaker_version: EngineVersion) -> Synthesizer:
+    return Synthesizer(load_engine_set(multi_speaker_version.path))
+
+
+@pytest.fixture(scope="session")
+def multi_speaker_graph(
+    multi_speaker_checkpoint: tuple[Path, Path],
+) -> Iterator[ort.InferenceSession]:
+    """The unsplit derived graph: the reference for every speaker."""
+    yield ort.InferenceSession(str(multi_speaker_checkpoint[0]),
+                               providers=["CPUExecutionProvider"])  # fmt: skip
+
+
 def run_piper(
-    session: ort.InferenceSession, ids: tuple[int, ...], scales: list[float]
+    session: ort.InferenceSession,
+    ids: tuple[int, ...],
+    scales: list[float],
+    speaker: int | None = None,
 ) -> np.ndarray:  # type: ignore[type-arg]
-    """Audio of the unsplit graph for ``ids``."""
-    out = session.run(
-        None,
-        {
-            "input": np.asarray([ids], dtype=np.int64),
-            "input_lengths": np.asarray([len(ids)], dtype=np.int64),
-            "scales": np.asarray(scales, dtype=np.float32),
-        },
-    )
-    return np.asarray(out[0]).reshape(-1)
+    """Audio of the unsplit graph for ``ids`` (``speaker``: the ``sid`` of a multi-speaker
+    graph)."""
+    feed = {
+        "input": np.asarray([ids], dtype=np.int64),
+        "input_lengths": np.asarray([len(ids)], dtype=np.int64),
+        "scales": np.asarray(scales, dtype=np.float32),
+    }
+    if speaker is not None:
+        feed["sid"] = np.asarray([speaker], dtype=np.int64)
+    return np.asarray(session.run(None, feed)[0]).reshape(-1)
 
 
 def read_json(path: Path) -> dict[str, object]:

@@ -77,6 +77,30 @@ def test_synth_bad_speed_is_a_clear_error(engines_root: Path, tmp_path: Path) ->
     assert "speed" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_synth_speaks_with_a_speaker_named_by_the_voice(
+    multi_speaker_version: EngineVersion, tmp_path: Path
+) -> None:
+    root = multi_speaker_version.path.parents[1]
+    lengths = []
+    for speaker in ("joe", "ember"):
+        out = tmp_path / f"{speaker}.wav"
+        flags = ["--speaker", speaker, "--noise-scale", "0", "--noise-w", "0",
+                 "--engines-dir", str(root), "--voice", multi_speaker_version.voice]  # fmt: skip
+        result = _ttsvc("synth", "Hello from the command line.", "-o", str(out), *flags,
+                        cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        lengths.append(len(read_wav(out)[0]))
+    assert lengths[0] != lengths[1]  # speaker 1 of the derived voice speaks at another pace
+
+
+def test_synth_unknown_speaker_is_a_clear_error(engines_root: Path, tmp_path: Path) -> None:
+    result = _ttsvc("synth", "Hi.", "--speaker", "ember", "--engines-dir", str(engines_root),
+                    cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2
+    assert "speaker" in result.stderr and "single speaker" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_compile_trt_exits_with_clear_message(tmp_path: Path) -> None:
     result = _ttsvc("compile", "--backend", "trt", "--output-dir", str(tmp_path), cwd=tmp_path)
     assert result.returncode == 1

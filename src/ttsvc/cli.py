@@ -130,6 +130,8 @@ def _add_synth(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="phoneme length variation, 0-2 (default: the voice's config)")
     p.add_argument("--sentence-silence", type=float, default=0.2,
                    help="seconds of silence after each sentence")
+    p.add_argument("--speaker", default=None,
+                   help="speaker name or id of a multi-speaker voice (default: its first, id 0)")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads per engine run")
     p.add_argument("--first-window", type=int, default=None, help="frames in the first window")
     _document_defaults(p)
@@ -340,6 +342,7 @@ def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
     from ttsvc.audio.wav import write_wav  # noqa: PLC0415
     from ttsvc.backends.loader import load_engine_set  # noqa: PLC0415
     from ttsvc.synthesis import SynthesisParams, Synthesizer  # noqa: PLC0415
+    from ttsvc.voice import speaker_id  # noqa: PLC0415
 
     try:
         params = SynthesisParams(
@@ -353,6 +356,11 @@ def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
     started = time.perf_counter()
     engines = load_engine_set(path, settings.threads)
     loaded = time.perf_counter()
+    try:  # names live in the voice's config: known only once its engines are loaded
+        params = params.model_copy(update={"speaker": speaker_id(engines.voice, args.speaker)})
+    except ValueError as exc:
+        print(f"ttsvc synth: invalid parameter: speaker: {exc}", file=sys.stderr)
+        return 2
     synth = Synthesizer(engines, settings.schedule(), settings.max_sentence_chars)
     synth.calibrate()
     chunks: list[np.ndarray] = []

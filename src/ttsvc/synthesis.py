@@ -19,7 +19,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from ttsvc.backends.base import EngineSet, FloatArray
-from ttsvc.errors import AudioTooLong
+from ttsvc.errors import AudioTooLong, InvalidParameter
 from ttsvc.text.frontend import Sentence, TextFrontEnd
 
 Pcm16 = npt.NDArray[np.int16]
@@ -46,6 +46,9 @@ class SynthesisParams(BaseModel):
     """Duration noise; 0 makes the rhythm deterministic."""
     sentence_silence: float = Field(0.2, ge=0.0, le=5.0)
     """Seconds of silence after each sentence but the last."""
+    speaker: int | None = Field(None, ge=0)
+    """Speaker id of a multi-speaker voice (``voice.speaker_id`` resolves a name); ``None`` is
+    speaker 0, the only one of a single-speaker voice."""
 
     def scales(self, engines: EngineSet) -> FloatArray:
         """The ``scales`` input of a Piper graph: noise scale, length scale, noise width."""
@@ -169,6 +172,8 @@ class FrameCall:
     inputs: npt.NDArray[Any]
     scales: FloatArray | None = None
     """The acoustic call's noise and length scales."""
+    speaker: int = 0
+    """The stream's speaker id: a multi-speaker voice conditions every engine on it."""
 
 
 T = TypeVar("T")
@@ -253,19 +258,36 @@ class Synthesizer:
         """Front end only; raises ``NothingToSay`` for text with nothing to speak."""
         return self.frontend.sentences(text)
 
+    def speaker(self, params: SynthesisParams) -> int:
+        """The speaker id ``params`` asks for, checked against the voice: an id the voice does
+        not have is a 422 on ``speaker`` before any engine runs (an engine would fail on it
+        mid-stream, or, single-speaker, ignore it)."""
+        speaker = params.speaker or 0
+        count = self.engines.voice.num_speakers
+        if speaker >= count:
+            raise InvalidParameter(
+                f"speaker {speaker} is out of range: the voice has "
+                + ("a single speaker (id 0)" if count == 1 else f"speakers 0 to {count - 1}"),
+                field="speaker",
+            )
+        return speaker
+
     def latents(self, ids: tuple[int, ...] | list[int], params: SynthesisParams) -> FloatArray:
         """Run the sentence engine once."""
         arr = np.asarray([ids], dtype=np.int64)
-        return self.engines.acoustic.latents(arr, params.scales(self.engines))
+        return self.engines.acoustic.latents(arr, params.scales(self.engines),
+                                             self.speaker(params))  # fmt: skip
 
-    def frames(self, latents: FloatArray) -> FloatArray:
+    def frames(self, latents: FloatArray, speaker: int = 0) -> FloatArray:
         """The whole sentence's decoder frames (the flow in one call, if there is a flow)."""
         flow = self.engines.flow
-        return latents if flow is None else flow.frames(latents)
+        return latents if flow is None else flow.frames(latents, speaker)
 
     def one_shot(self, ids: tuple[int, ...] | list[int], params: SynthesisParams) -> FloatArray:
         """The whole sentence through every engine in one call each: the streaming reference."""
-        return self.engines.vocoder.waveform(self.frames(self.latents(ids, params)))
+        speaker = self.speaker(params)
+        frames = self.frames(self.latents(ids, params), speaker)
+        return self.engines.vocoder.waveform(frames, speaker)
 
     def calibrate(self, frames: int = 64) -> float:
         """Measure flow + vocoder cost per frame (after a warm-up run) for the playback cap,
@@ -326,20 +348,23 @@ class Synthesizer:
         self,
         latents: FloatArray,
         schedule: WindowSchedule | None = None,
+        speaker: int = 0,
     ) -> Iterator[FloatArray]:
-        """Float audio of ``latents`` window by window; concatenated, it equals one-shot audio."""
-        for _, _, audio in drive(self._window_steps(latents, schedule, _window), self.run_call):
+        """Float audio of ``latents`` window by window; concatenated, it equals one-shot audio
+        (``speaker``: the one the latents were computed for)."""
+        steps = self._window_steps(latents, schedule, _window, speaker=speaker)
+        for _, _, audio in drive(steps, self.run_call):
             yield audio
 
     def run_call(self, call: FrameCall) -> FloatArray:
         """Run one engine call at once, batch of one (the CPU path)."""
         if call.stage == "acoustic":
             assert call.scales is not None
-            return self.engines.acoustic.latents(call.inputs, call.scales)
+            return self.engines.acoustic.latents(call.inputs, call.scales, call.speaker)
         if call.stage == "flow":
             assert self.engines.flow is not None
-            return self.engines.flow.frames(call.inputs)
-        return self.engines.vocoder.waveform(call.inputs)
+            return self.engines.flow.frames(call.inputs, call.speaker)
+        return self.engines.vocoder.waveform(call.inputs, call.speaker)
 
     def _window_steps(
         self,
@@ -347,6 +372,7 @@ class Synthesizer:
         schedule: WindowSchedule | None,
         finish: Callable[[int, int, FloatArray], T],
         budget: Budget | None = None,
+        speaker: int = 0,
     ) -> Steps[T]:
         """Each window as ``finish(start, end, audio)``, asking for engine runs as ``FrameCall``s.
 
@@ -375,7 +401,7 @@ class Synthesizer:
                     chunk = min(chunk, int(allowed / self.flow_cost_s) - fctx.left - fctx.right)
                 target = need if done == 0 else min(total, max(need, done + chunk))
                 lo, hi = max(0, done - fctx.left), min(total, target + fctx.right)
-                out = yield FrameCall("flow", latents[:, :, lo:hi])
+                out = yield FrameCall("flow", latents[:, :, lo:hi], speaker=speaker)
                 assert out is not None
                 piece = out[:, :, done - lo : target - lo]
                 if frames is None:
@@ -384,7 +410,7 @@ class Synthesizer:
                 done = target
             assert frames is not None
             lo, hi = max(0, start - vctx.left), min(total, end + vctx.right)
-            audio = yield FrameCall("vocoder", frames[:, :, lo:hi])
+            audio = yield FrameCall("vocoder", frames[:, :, lo:hi], speaker=speaker)
             assert audio is not None
             yield finish(start, end, audio[(start - lo) * hop : (end - lo) * hop])
 
@@ -404,6 +430,7 @@ class Synthesizer:
         would still take the real audio past it raises it before that sentence's first chunk
         (the backstop for texts the estimate misjudges: their stream is cut)."""
         params = params or SynthesisParams()
+        speaker = self.speaker(params)
         sentences = self.sentences(text)
         silence = np.zeros(round(params.sentence_silence * self.sample_rate), np.int16)
         if max_audio_s is not None:
@@ -419,7 +446,7 @@ class Synthesizer:
         for index, sentence in enumerate(sentences):
             last_sentence = index == len(sentences) - 1
             phonemes = np.asarray([sentence.ids], dtype=np.int64)
-            latents = yield FrameCall("acoustic", phonemes, params.scales(self.engines))
+            latents = yield FrameCall("acoustic", phonemes, params.scales(self.engines), speaker)
             assert latents is not None
             total = latents.shape[2]
             length = total * self.hop + (0 if last_sentence else len(silence))
@@ -441,7 +468,7 @@ class Synthesizer:
                 return out
 
             # no look-ahead: each window is sent as soon as it is computed
-            yield from self._window_steps(latents, schedule, chunk, budget)
+            yield from self._window_steps(latents, schedule, chunk, budget, speaker)
 
     def stream(
         self,

@@ -44,7 +44,10 @@ class VoiceConfig(BaseModel):
     inference: InferenceDefaults = Field(default_factory=InferenceDefaults)
     hop_length: int = HOP_LENGTH
     """Samples per latent frame."""
-    num_speakers: int = 1
+    num_speakers: int = Field(1, ge=1)
+    """Speakers the graph was trained with; more than one means it takes a speaker id (``sid``)."""
+    speaker_id_map: dict[str, int] = Field(default_factory=dict)
+    """Speaker names to ids of a multi-speaker voice (may be empty: ids only)."""
     name: str = ""
     """The voice's name in the engines directory, for messages; empty where the config was read
     without one."""
@@ -65,6 +68,7 @@ class VoiceConfig(BaseModel):
                 "phoneme_id_map": data.get("phoneme_id_map", {}),
                 "inference": data.get("inference", {}),
                 "num_speakers": data.get("num_speakers", 1),
+                "speaker_id_map": data.get("speaker_id_map") or {},
                 "name": name,
             }
         )
@@ -76,6 +80,34 @@ class VoiceConfig(BaseModel):
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: not a JSON object")
         return cls.from_piper(raw)
+
+
+def speaker_id(config: VoiceConfig, value: int | str | None) -> int:
+    """The speaker id ``value`` names: a name from the voice's ``speaker_id_map``, an id (an
+    int, or a string of digits that is not a name), or ``None`` for the voice's first speaker.
+
+    Raises ``ValueError`` naming the known speakers otherwise, so a client that asked for a
+    speaker the voice does not have learns which ones it does.
+    """
+    if value is None:
+        return 0
+    if isinstance(value, str) and value in config.speaker_id_map:
+        return config.speaker_id_map[value]
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.isascii() and value.isdigit():
+        number = int(value)
+    if number is not None and 0 <= number < config.num_speakers:
+        return number
+    voice = f"voice {config.name!r}" if config.name else "this voice"
+    if config.num_speakers == 1:
+        raise ValueError(f"{voice} has a single speaker (id 0): no speaker {value!r}")
+    names = sorted(config.speaker_id_map, key=lambda n: (config.speaker_id_map[n], n))
+    shown = ", ".join(names[:10]) + (f" ... ({len(names)} names)" if len(names) > 10 else "")
+    known = f"names {shown} or " if names else ""
+    raise ValueError(f"{voice} has no speaker {value!r}: use {known}an id from 0 to "
+                     f"{config.num_speakers - 1}")  # fmt: skip
 
 
 def describe(data: dict[str, object]) -> dict[str, object]:

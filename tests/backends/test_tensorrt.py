@@ -119,3 +119,18 @@ def test_rebuild_command_when_the_acoustic_engine_stayed_on_onnxruntime(
     manifest.profiles = {}
     command = trtb.rebuild_command(manifest)
     assert "--seq-len 512" in command and "--split-at flow" in command
+
+
+def test_a_multi_speaker_set_is_refused_by_the_trt_backend(
+    default_version: EngineVersion, tmp_path: Path
+) -> None:
+    """Plans are built without the speaker input: a multi-speaker set is refused on loading,
+    naming the backend that serves it, before any GPU library is asked for."""
+    target = tmp_path / "1"
+    shutil.copytree(default_version.path, target)
+    path = target / "manifest.json"
+    raw = json.loads(path.read_text())
+    raw |= {"backend": "trt", "num_speakers": 3}
+    path.write_text(json.dumps(raw))
+    with pytest.raises(EngineError, match=r"3 speakers: multi-speaker .* --backend ort"):
+        load_engine_set(target)

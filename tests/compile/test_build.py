@@ -94,21 +94,21 @@ def test_second_compile_is_a_new_version_at_the_decoder_split(tmp_path: Path) ->
     assert np.max(np.abs(streamed - synth.one_shot(sentence.ids, params))) <= 1e-3
 
 
-def _convolution(kernel: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+def _convolution(kernel: np.ndarray) -> Callable[[np.ndarray, int], np.ndarray]:
     """A frame-local stage: the same zero-padded convolution along time on every channel."""
 
     half = (len(kernel) - 1) // 2
 
-    def stage(x: np.ndarray) -> np.ndarray:
+    def stage(x: np.ndarray, _speaker: int = 0) -> np.ndarray:
         rows = [np.convolve(row, kernel)[half : half + len(row)] for row in x[0]]
         return np.stack(rows)[None]
 
     return stage
 
 
-def _calibration_inputs() -> list[np.ndarray]:
+def _calibration_inputs() -> list[tuple[int, np.ndarray]]:
     rng = np.random.default_rng(5)
-    return [rng.standard_normal((1, 3, n)).astype(np.float64) for n in (150, 230)]
+    return [(0, rng.standard_normal((1, 3, n)).astype(np.float64)) for n in (150, 230)]
 
 
 def test_an_exact_receptive_field_gets_no_margin() -> None:

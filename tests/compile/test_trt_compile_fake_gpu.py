@@ -24,7 +24,7 @@ from ttsvc.backends import tensorrt as trtb
 from ttsvc.backends.loader import load_engine_set
 from ttsvc.compile.build import CompileOptions, compile_voice, default_checkpoint
 from ttsvc.compile.profiles import TensorProfile
-from ttsvc.errors import GraphShapeError
+from ttsvc.errors import GraphShapeError, InvalidParameter
 from ttsvc.repository.layout import EngineRepository
 from ttsvc.repository.manifest import load_manifest
 from ttsvc.synthesis import SynthesisParams, Synthesizer
@@ -167,3 +167,14 @@ def test_plans_below_the_snr_bar_are_not_published(
         _compile(tmp_path)
     assert "trt_vocoder_snr_db" in err.value.message
     assert [p.name for p in (tmp_path / "v").iterdir() if not p.name.startswith(".trt")] == []
+
+
+def test_a_multi_speaker_voice_is_refused_before_any_plan_is_built(
+    fake_gpu: FakeGpuPlanBuilder, tmp_path: Path, multi_speaker_checkpoint: tuple[Path, Path]
+) -> None:
+    model, config = multi_speaker_checkpoint
+    with pytest.raises(InvalidParameter, match=r"3 speakers: .* --backend ort") as err:
+        compile_voice(CompileOptions(model, config, tmp_path, "v", quantize="fp16",
+                                     backend="trt"))  # fmt: skip
+    assert err.value.field == "backend"
+    assert fake_gpu.built == {} and not any(tmp_path.iterdir())

@@ -25,7 +25,8 @@ class FakeGpuBatchFlow:
         self.max_batch = max_batch
         self._calls = calls
 
-    def frames(self, latents: FloatArray) -> FloatArray:
+    def frames(self, latents: FloatArray, speaker: int = 0) -> FloatArray:
+        assert speaker == 0  # batch engines are single-speaker
         return self.frames_batch(latents)
 
     def frames_batch(self, latents: FloatArray) -> FloatArray:
@@ -46,7 +47,8 @@ class FakeGpuBatchVocoder:
         self.fail = False
         """Set to make every batched call raise (a device fault)."""
 
-    def waveform(self, frames: FloatArray) -> FloatArray:
+    def waveform(self, frames: FloatArray, speaker: int = 0) -> FloatArray:
+        assert speaker == 0  # batch engines are single-speaker
         return self.waveform_batch(frames).reshape(-1)
 
     def waveform_batch(self, frames: FloatArray) -> FloatArray:

@@ -23,11 +23,19 @@ from ttsvc.voice import VoiceConfig
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
 
+SPEAKER_INPUT = "sid"
+"""Piper's speaker id input (int64 ``[1]``): multi-speaker voices only, kept under this name on
+every split engine that reads the speaker."""
+
 
 class AcousticEngine(Protocol):
-    """Sentence-level part: phoneme ids → latents (text encoder, durations, noise)."""
+    """Sentence-level part: phoneme ids → latents (text encoder, durations, noise).
 
-    def latents(self, ids: IntArray, scales: FloatArray) -> FloatArray:
+    ``speaker`` is the speaker id of a multi-speaker voice (0 for a single-speaker one); every
+    engine takes it because a multi-speaker graph conditions all three parts on it.
+    """
+
+    def latents(self, ids: IntArray, scales: FloatArray, speaker: int = 0) -> FloatArray:
         """Return latents ``[1, C, T]`` for ids ``[1, N]`` and scales ``[3]``: the flow's input,
         or the decoder frames themselves when there is no flow engine."""
         ...
@@ -36,7 +44,7 @@ class AcousticEngine(Protocol):
 class FlowEngine(Protocol):
     """Frame-level, cheap, wide receptive field: a window of latents z_p → decoder frames z."""
 
-    def frames(self, latents: FloatArray) -> FloatArray:
+    def frames(self, latents: FloatArray, speaker: int = 0) -> FloatArray:
         """Return decoder frames ``[1, C, T]`` for latents ``[1, C, T]``."""
         ...
 
@@ -44,14 +52,16 @@ class FlowEngine(Protocol):
 class VocoderEngine(Protocol):
     """Frame-level, costly, narrow receptive field: a window of decoder frames → waveform."""
 
-    def waveform(self, frames: FloatArray) -> FloatArray:
+    def waveform(self, frames: FloatArray, speaker: int = 0) -> FloatArray:
         """Return ``hop * T`` float samples in [-1, 1] for frames ``[1, C, T]``."""
         ...
 
 
 @runtime_checkable
 class BatchFlowEngine(Protocol):
-    """A flow engine that also runs windows of several streams in one call (GPU backends)."""
+    """A flow engine that also runs windows of several streams in one call (GPU backends).
+
+    Single-speaker engines only: a batch carries no speaker ids."""
 
     max_batch: int
 
@@ -62,7 +72,9 @@ class BatchFlowEngine(Protocol):
 
 @runtime_checkable
 class BatchVocoderEngine(Protocol):
-    """A vocoder engine that also runs windows of several streams in one call (GPU backends)."""
+    """A vocoder engine that also runs windows of several streams in one call (GPU backends).
+
+    Single-speaker engines only: a batch carries no speaker ids."""
 
     max_batch: int
 

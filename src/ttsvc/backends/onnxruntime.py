@@ -15,7 +15,7 @@ from typing import BinaryIO
 import numpy as np
 import onnxruntime as ort
 
-from ttsvc.backends.base import EngineSet, EngineSource, FloatArray, IntArray
+from ttsvc.backends.base import SPEAKER_INPUT, EngineSet, EngineSource, FloatArray, IntArray
 from ttsvc.errors import EngineError
 from ttsvc.protocol import EngineSpec
 from ttsvc.repository.manifest import Manifest, cpu_fingerprint
@@ -76,42 +76,60 @@ def _parse_source(handle: BinaryIO) -> str | bytes:
     return str(fd_path) if fd_path.exists() else handle.read()
 
 
-class OrtAcoustic:
+class _SpeakerFeed:
+    """Adds the speaker id to an engine's feed where its graph takes one (``sid``: engines of
+    a multi-speaker voice that read the speaker); other engines are fed as before. The speaker
+    was checked against the voice by the synthesizer: an engine that does not read it (a
+    single-speaker voice, or a part a voice does not condition) has nothing to check."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self._takes_speaker = SPEAKER_INPUT in {i.name for i in session.get_inputs()}
+
+    def feed(self, feed: dict[str, np.ndarray], speaker: int) -> dict[str, np.ndarray]:
+        if self._takes_speaker:
+            feed[SPEAKER_INPUT] = np.array([speaker], dtype=np.int64)
+        return feed
+
+
+class OrtAcoustic(_SpeakerFeed):
     """Sentence engine on an ONNX Runtime session; lives in a worker's compute thread."""
 
     def __init__(self, session: ort.InferenceSession) -> None:
+        super().__init__(session)
         self._session = session
         self._output = session.get_outputs()[0].name  # "latents", or "frames" without a flow
 
-    def latents(self, ids: IntArray, scales: FloatArray) -> FloatArray:
+    def latents(self, ids: IntArray, scales: FloatArray, speaker: int = 0) -> FloatArray:
         lengths = np.array([ids.shape[1]], dtype=np.int64)
-        out = self._session.run(
-            [self._output], {"input": ids, "input_lengths": lengths, "scales": scales}
-        )
+        feed = self.feed({"input": ids, "input_lengths": lengths, "scales": scales}, speaker)
+        out = self._session.run([self._output], feed)
         return np.asarray(out[0], dtype=np.float32)
 
 
-class OrtFlow:
+class OrtFlow(_SpeakerFeed):
     """Flow engine on an ONNX Runtime session; lives in a worker's compute thread."""
 
     def __init__(self, session: ort.InferenceSession) -> None:
+        super().__init__(session)
         self._session = session
 
-    def frames(self, latents: FloatArray) -> FloatArray:
+    def frames(self, latents: FloatArray, speaker: int = 0) -> FloatArray:
         # batch 1: every frame of a window is a real frame, so the mask is all ones
         mask = np.ones((1, 1, latents.shape[2]), dtype=np.float32)
-        out = self._session.run(None, {"latents": np.ascontiguousarray(latents), "mask": mask})
+        feed = self.feed({"latents": np.ascontiguousarray(latents), "mask": mask}, speaker)
+        out = self._session.run(None, feed)
         return np.asarray(out[0], dtype=np.float32)
 
 
-class OrtVocoder:
+class OrtVocoder(_SpeakerFeed):
     """Vocoder engine on an ONNX Runtime session; lives in a worker's compute thread."""
 
     def __init__(self, session: ort.InferenceSession) -> None:
+        super().__init__(session)
         self._session = session
 
-    def waveform(self, frames: FloatArray) -> FloatArray:
-        out = self._session.run(None, {"frames": np.ascontiguousarray(frames)})
+    def waveform(self, frames: FloatArray, speaker: int = 0) -> FloatArray:
+        out = self._session.run(None, self.feed({"frames": np.ascontiguousarray(frames)}, speaker))
         return np.asarray(out[0], dtype=np.float32).reshape(-1)
 
 

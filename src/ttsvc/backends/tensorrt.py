@@ -517,7 +517,8 @@ class TrtAcoustic:
         self._seq_len = seq_len
         self._output = "latents" if "latents" in engine.io.outputs else "frames"
 
-    def latents(self, ids: IntArray, scales: FloatArray) -> FloatArray:
+    def latents(self, ids: IntArray, scales: FloatArray, speaker: int = 0) -> FloatArray:
+        _single_speaker(speaker)
         if ids.shape[1] > self._seq_len:
             raise TextTooLong(
                 f"a sentence of {ids.shape[1]} phoneme ids exceeds the engines' --seq-len "
@@ -526,6 +527,18 @@ class TrtAcoustic:
         lengths = np.array([ids.shape[1]], dtype=np.int64)
         out = self._engine.run({"input": ids, "input_lengths": lengths, "scales": scales})
         return np.asarray(out[self._output], dtype=np.float32)
+
+
+MULTI_SPEAKER_UNSUPPORTED = (
+    "multi-speaker voices are not supported by the TensorRT backend (its plans are built "
+    "without the speaker input): compile this voice with --backend ort"
+)
+
+
+def _single_speaker(speaker: int) -> None:
+    """Plans are single-speaker (``assemble`` refuses others): any other speaker is a bug."""
+    if speaker != 0:
+        raise EngineError(f"speaker {speaker}: {MULTI_SPEAKER_UNSUPPORTED}")
 
 
 class _FramePlan:
@@ -553,7 +566,8 @@ class TrtFlow(_FramePlan):
     """Flow engine on a TensorRT plan, batched across streams; lives in a worker's compute
     thread."""
 
-    def frames(self, latents: FloatArray) -> FloatArray:
+    def frames(self, latents: FloatArray, speaker: int = 0) -> FloatArray:
+        _single_speaker(speaker)
         return self.frames_batch(latents)
 
     def frames_batch(self, latents: FloatArray) -> FloatArray:
@@ -570,7 +584,8 @@ class TrtVocoder(_FramePlan):
     """Vocoder engine on a TensorRT plan, batched across streams; lives in a worker's compute
     thread."""
 
-    def waveform(self, frames: FloatArray) -> FloatArray:
+    def waveform(self, frames: FloatArray, speaker: int = 0) -> FloatArray:
+        _single_speaker(speaker)
         return self.waveform_batch(frames).reshape(-1)
 
     def waveform_batch(self, frames: FloatArray) -> FloatArray:
@@ -599,6 +614,9 @@ def assemble(source: EngineSource, threads: int = 1) -> EngineSet:
     manifest, directory = source.manifest, source.directory
     if manifest.backend != "trt":
         raise EngineError(f"{directory}: built for backend {manifest.backend!r}, not 'trt'")
+    if manifest.num_speakers > 1:
+        raise EngineError(f"{directory}: {manifest.num_speakers} speakers: "
+                          f"{MULTI_SPEAKER_UNSUPPORTED}")  # fmt: skip
     check_trt_fingerprint(directory, manifest, trt_fingerprint())
     if ortb.ACOUSTIC_FILE in manifest.files:
         ortb.check_fingerprint(directory, manifest)

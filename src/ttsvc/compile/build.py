@@ -12,17 +12,18 @@ import contextlib
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 from pydantic import ValidationError
 
+from ttsvc.backends.base import SPEAKER_INPUT
 from ttsvc.backends.onnxruntime import (
     ACOUSTIC_FILE,
     FLOW_FILE,
@@ -60,6 +61,12 @@ CANARY_TEXTS = (
     "Are you calling about an existing order?",
 )
 """Sentences every build is checked with (and int8 candidates are scored on)."""
+
+CHECKED_SPEAKERS = 3
+"""Speakers of a multi-speaker voice the build checks and calibrates with (the first, middle
+and last ids): ``g`` only adds per-channel offsets, constant over time, so the receptive field
+and the wiring of ``sid`` through each engine show on a few speakers; checking each of a 904-
+speaker voice would take 300 times as long."""
 
 ONE_SHOT_TOLERANCE = 1e-4
 """Max sample difference allowed between the split fp32 engines and the original graph."""
@@ -154,12 +161,19 @@ def _quantize_int8(src: Path, dst: Path) -> None:
     quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
 
 
-Stage = Callable[[np.ndarray], np.ndarray]
-"""A frame-local engine as a function of a window ``[1, C, T]`` (latents or frames)."""
+class Stage(Protocol):
+    """A frame-local engine as a function of a window ``[1, C, T]`` (latents or frames) and the
+    speaker id it is computed for (0 for a single-speaker voice)."""
+
+    def __call__(self, x: np.ndarray, speaker: int = 0, /) -> np.ndarray: ...
 
 
-def window_error(stage: Stage, inputs: list[np.ndarray], scale: int, left: int, right: int,
-                 after: Stage | None = None) -> float:  # fmt: skip
+SpeakerInput = tuple[int, np.ndarray]
+"""A speaker id and a stage input computed for that speaker."""
+
+
+def window_error(stage: Stage, inputs: Sequence[SpeakerInput], scale: int, left: int,
+                 right: int, after: Stage | None = None) -> float:  # fmt: skip
     """Worst difference, windowed vs one-shot, of ``stage`` (then ``after``) over ``inputs``.
 
     ``scale`` is output samples per input frame along the last axis (1 for the flow, the hop
@@ -167,25 +181,25 @@ def window_error(stage: Stage, inputs: list[np.ndarray], scale: int, left: int, 
     """
     window = 16
     worst = 0.0
-    for x in inputs:
+    for speaker, x in inputs:
         frames = x.shape[2]
-        whole = stage(x)
+        whole = stage(x, speaker)
         parts = []
         for start in range(0, frames, window):
             end = min(frames, start + window)
             lo, hi = max(0, start - left), min(frames, end + right)
-            out = stage(np.ascontiguousarray(x[:, :, lo:hi]))
+            out = stage(np.ascontiguousarray(x[:, :, lo:hi]), speaker)
             parts.append(out[..., (start - lo) * scale : (end - lo) * scale])
         windowed = np.concatenate(parts, axis=-1)
         if after is not None:  # judge the flow by the audio it leads to, not by its latents
-            whole, windowed = after(whole), after(windowed)
+            whole, windowed = after(whole, speaker), after(windowed, speaker)
         worst = max(worst, float(np.max(np.abs(windowed - whole))))
     return worst
 
 
 def calibrate_context(
     stage: Stage,
-    inputs: list[np.ndarray],
+    inputs: Sequence[SpeakerInput],
     scale: int,
     after: Stage | None = None,
     tolerance: float = CONTEXT_TOLERANCE,
@@ -193,7 +207,8 @@ def calibrate_context(
     """Find the least left/right frame context whose windowed output matches one-shot output.
 
     Measured instead of derived from the architecture, so a voice with other kernel sizes or
-    dilations gets the right context automatically.
+    dilations gets the right context automatically; over the inputs of every speaker checked,
+    so the context holds whatever the speaker adds.
     """
     wide = 96
     candidates = list(range(4, wide + 1, 4))
@@ -303,10 +318,12 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
     if opts.max_batch != 1 and opts.backend == "ort":
         opts.log("note: --max-batch applies to TensorRT profiles; CPU engines run batch 1")
     voice_raw, voice = read_voice_config(opts.config)
+    _check_speaker_map(voice)
     calibrations = 2 if opts.split_at == "flow" else 1
     progress = _Progress(opts.log, 4 + calibrations + (opts.quantize == "int8"))
     progress.step(f"load {opts.checkpoint.name} and split it at the {opts.split_at} input")
     model = load_piper_graph(opts.checkpoint)
+    _check_speakers(model, voice, opts)
     engines = split_model(model, opts.split_at)
     graphs = {ACOUSTIC_FILE: engines.acoustic, VOCODER_FILE: engines.vocoder}
     if engines.flow is not None:
@@ -335,11 +352,13 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
             progress.step(f"measure the {stage}'s frame context (about "
                           f"{CALIBRATION_COST[stage] * reference_s:.0f} s)")  # fmt: skip
             if stage == "vocoder":
-                contexts[stage] = calibrate_context(chain.vocoder, reference.frames,
-                                                    reference.hop)  # fmt: skip
+                contexts[stage] = calibrate_context(
+                    chain.vocoder, reference.inputs(reference.frames), reference.hop
+                )
             elif chain.flow is not None:
-                contexts[stage] = calibrate_context(chain.flow, reference.latents, 1,
-                                                    chain.vocoder)  # fmt: skip
+                contexts[stage] = calibrate_context(
+                    chain.flow, reference.inputs(reference.latents), 1, chain.vocoder
+                )
             ctx = contexts[stage]
             opts.log(f"{stage} context: {ctx.left} left, {ctx.right} right")
 
@@ -429,6 +448,39 @@ def _publish_trt(
     return published
 
 
+def _check_speaker_map(voice: VoiceConfig) -> None:
+    """Refuse a config whose speaker names point outside its speakers (a 422 later otherwise,
+    for a name the voice advertises)."""
+    bad = {n: i for n, i in voice.speaker_id_map.items() if not 0 <= i < voice.num_speakers}
+    if bad:
+        raise GraphShapeError(f"speaker_id_map names ids outside 0..{voice.num_speakers - 1} "
+                              f"(num_speakers): {bad}")  # fmt: skip
+
+
+def _check_speakers(model: onnx.ModelProto, voice: VoiceConfig, opts: CompileOptions) -> None:
+    """The graph takes a speaker id exactly when the config says it has several speakers."""
+    takes_sid = any(i.name == SPEAKER_INPUT for i in model.graph.input)
+    if takes_sid != (voice.num_speakers > 1):
+        raise GraphShapeError(
+            f"{opts.checkpoint.name} {'takes a' if takes_sid else 'has no'} speaker id input "
+            f"({SPEAKER_INPUT!r}) but {opts.config.name} says num_speakers "
+            f"{voice.num_speakers}: the graph and its config do not belong together"
+        )
+    if takes_sid and opts.backend == "trt":
+        from ttsvc.backends.tensorrt import MULTI_SPEAKER_UNSUPPORTED  # noqa: PLC0415
+
+        raise InvalidParameter(f"{opts.checkpoint.name} has {voice.num_speakers} speakers: "
+                               f"{MULTI_SPEAKER_UNSUPPORTED}", field="backend")  # fmt: skip
+
+
+def checked_speakers(count: int) -> list[int]:
+    """The speaker ids a build is checked with: all of a small voice, else the first, middle
+    and last (``CHECKED_SPEAKERS``)."""
+    if count <= CHECKED_SPEAKERS:
+        return list(range(count))
+    return sorted({0, count // 2, count - 1})
+
+
 class _Chain:
     """The staged engines run one after another, through the runtime's own engine classes."""
 
@@ -447,16 +499,17 @@ class _Chain:
     def flow(self) -> Stage | None:
         return self._flow.frames if self._flow is not None else None
 
-    def vocoder(self, frames: np.ndarray) -> np.ndarray:
-        return self._vocoder.waveform(frames)
+    def vocoder(self, frames: np.ndarray, speaker: int = 0, /) -> np.ndarray:
+        return self._vocoder.waveform(frames, speaker)
 
-    def run(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def run(self, ids: list[int], speaker: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Latents, frames and audio of one sentence, deterministic (noise scales 0)."""
         latents = self.acoustic.latents(
-            np.asarray([ids], dtype=np.int64), np.asarray([0.0, 1.0, 0.0], dtype=np.float32)
+            np.asarray([ids], dtype=np.int64), np.asarray([0.0, 1.0, 0.0], dtype=np.float32),
+            speaker,
         )
-        frames = self._flow.frames(latents) if self._flow is not None else latents
-        return latents, frames, self._vocoder.waveform(frames)
+        frames = self._flow.frames(latents, speaker) if self._flow is not None else latents
+        return latents, frames, self._vocoder.waveform(frames, speaker)
 
 
 @dataclass
@@ -470,6 +523,12 @@ class _Reference:
     max_abs_error: float
     hop: int = 0
     """Samples the vocoder makes per frame, measured (the config does not say it)."""
+    speakers: list[int] = field(default_factory=list)
+    """The speaker each sentence was synthesized for (0 throughout for one speaker)."""
+
+    def inputs(self, arrays: list[np.ndarray]) -> list[SpeakerInput]:
+        """``arrays`` (latents or frames of the sentences) paired with their speakers."""
+        return list(zip(self.speakers, arrays, strict=True))
 
 
 def _canary_ids(voice: VoiceConfig) -> list[list[int]]:
@@ -480,17 +539,29 @@ def _canary_ids(voice: VoiceConfig) -> list[list[int]]:
 def _checked_reference(
     opts: CompileOptions, chain: _Chain, model: onnx.ModelProto, voice: VoiceConfig
 ) -> _Reference:
-    """Run the canaries through the original graph and the optimized split engines; compare."""
+    """Run the canaries through the original graph and the optimized split engines; compare.
+
+    A multi-speaker voice is checked for each of ``checked_speakers``: the first with every
+    canary, the others with the first canary (enough to show the speaker reaches each engine
+    as it reaches the original graph, at a third of the time per extra speaker).
+    """
     original = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    ref = _Reference(_canary_ids(voice), [], [], [], 0.0)
-    for ids in ref.ids:
+    canaries = _canary_ids(voice)
+    ref = _Reference([], [], [], [], 0.0)
+    for speaker in checked_speakers(voice.num_speakers):
+        for ids in canaries if speaker == 0 else canaries[:1]:
+            ref.ids.append(ids)
+            ref.speakers.append(speaker)
+    for ids, speaker in zip(ref.ids, ref.speakers, strict=True):
         feed = {
             "input": np.asarray([ids], dtype=np.int64),
             "input_lengths": np.asarray([len(ids)], dtype=np.int64),
             "scales": np.asarray([0.0, 1.0, 0.0], dtype=np.float32),
         }
+        if voice.num_speakers > 1:
+            feed[SPEAKER_INPUT] = np.asarray([speaker], dtype=np.int64)
         expected = np.asarray(original.run(None, feed)[0]).reshape(-1)
-        latents, frames, got = chain.run(ids)
+        latents, frames, got = chain.run(ids, speaker)
         if got.shape != expected.shape:
             raise GraphShapeError(
                 f"split engines give {got.shape} samples, original {expected.shape}"
@@ -519,8 +590,9 @@ def _try_int8(staging: Path, filename: str, reference: _Reference, min_snr_db: f
     _quantize_int8(path, candidate)
     chain = _Chain(staging, {filename: candidate})
     worst = float("inf")
-    for ids, expected in zip(reference.ids, reference.audio, strict=True):
-        got = chain.run(ids)[2]
+    for ids, speaker, expected in zip(reference.ids, reference.speakers, reference.audio,
+                                      strict=True):  # fmt: skip
+        got = chain.run(ids, speaker)[2]
         worst = min(worst, snr_db(expected, got) if got.shape == expected.shape else -1.0)
     if worst >= min_snr_db:
         candidate.replace(path)
@@ -549,6 +621,8 @@ def _manifest(
         hop_length=hop,
         latent_channels=0,  # filled in from the measured latents
         split_at=split.split_at,
+        num_speakers=voice.num_speakers,
+        speakers=voice.speaker_id_map,
         contexts=contexts,
         files=files,
         runtime=runtime,

@@ -11,6 +11,15 @@ graph's structure, not from the default voice's tensor names, so any Piper/VITS 
   passes through, such that everything between it and the decoder is frame-local (convolutions,
   element-wise ops) and reads nothing else but the frame mask.
 
+Multi-speaker voices (Piper's ``sid`` input) condition the duration predictor, every flow
+coupling layer and the decoder on ``g = emb_g[sid]``, one vector for the whole utterance. Tensors
+computed from ``sid`` and weights alone are constant over time, so they do not stop a part from
+being frame-local: every engine that reads one takes ``sid`` as an input of its own and
+recomputes ``g`` (a lookup and 1x1 convolutions on a single frame, negligible beside a window).
+That keeps the cut a cut of frames only: a window's inputs are its frames and the speaker id,
+exactly what the one-shot graph computes the same frames from, so windowed output stays equal
+to one-shot output, and nothing per stream but an integer travels between steps.
+
 ``split_at="flow"`` (the default) makes three engines: sentence (encoder, durations, noise),
 flow, and vocoder (HiFi-GAN). The sentence engine then does only the encoder work before the
 first window can start (27 ms against 70 ms with the flow over the whole sentence, measured for
@@ -27,6 +36,7 @@ from typing import Literal
 
 import onnx
 
+from ttsvc.backends.base import SPEAKER_INPUT
 from ttsvc.errors import GraphShapeError
 
 SplitPoint = Literal["flow", "decoder"]
@@ -58,6 +68,9 @@ class GraphSplit:
     output: str
     """The waveform output of the voice."""
     split_at: SplitPoint
+    speaker_readers: frozenset[str] = frozenset()
+    """Which engines (``acoustic``, ``flow``, ``vocoder``) read the speaker input: empty for a
+    single-speaker voice."""
 
 
 class _Graph:
@@ -75,12 +88,44 @@ class _Graph:
                     self.consumers[inp].append(node)
         self.initializers = {init.name for init in graph.initializer}
         self.inputs = [i.name for i in graph.input if i.name not in self.initializers]
+        self.speaker = self._speaker_only()
+
+    def _speaker_only(self) -> set[str]:
+        """Tensors computed from the speaker input and constants alone: constant over time."""
+        if SPEAKER_INPUT not in self.inputs:
+            return set()
+        constant = set(self.initializers)
+        speaker = {SPEAKER_INPUT}
+        for node in self.graph.node:  # ONNX keeps nodes in topological order
+            inputs = [i for i in node.input if i]
+            if not all(i in constant or i in speaker for i in inputs):
+                continue
+            (speaker if any(i in speaker for i in inputs) else constant).update(node.output)
+        return speaker
+
+    def reads_speaker(self, start: str, stops: set[str]) -> bool:
+        """Whether the part of the graph between ``stops`` and ``start`` reads the speaker."""
+        seen: set[str] = set()
+        todo = deque([start])
+        while todo:
+            name = todo.popleft()
+            if name in seen or name in stops or not name:
+                continue
+            if name in self.speaker:
+                return True
+            seen.add(name)
+            node = self.producer.get(name)
+            if node is not None:
+                todo.extend(node.input)
+        return False
 
     def closure(self, start: str, stops: set[str]) -> tuple[set[str], set[str]]:
         """Walk producers back from ``start`` until ``stops``.
 
         Returns the tensors visited and the frontier: tensors that are graph inputs or produced by
-        a sentence-level op. An empty frontier means ``stops`` cut the graph cleanly.
+        a sentence-level op. An empty frontier means ``stops`` cut the graph cleanly. Speaker-only
+        tensors are visited but not walked through: constant over time, they are recomputed
+        from the speaker id by each engine that reads them.
         """
         seen: set[str] = set()
         frontier: set[str] = set()
@@ -90,6 +135,8 @@ class _Graph:
             if name in seen or name in stops or name in self.initializers or not name:
                 continue
             seen.add(name)
+            if name in self.speaker:
+                continue
             node = self.producer.get(name)
             if node is None or node.op_type not in FRAME_LOCAL_OPS:
                 frontier.add(name)
@@ -105,7 +152,10 @@ def _decoder_input(g: _Graph) -> str:
     node = g.producer.get(first_up.input[0])
     while node is not None and node.op_type in _ACTIVATIONS:
         # an Add here is the speaker conditioning (x + cond(g)); follow the data path
-        data_inputs = [i for i in node.input if i in g.producer and i not in g.initializers]
+        data_inputs = [
+            i for i in node.input
+            if i in g.producer and i not in g.initializers and i not in g.speaker
+        ]  # fmt: skip
         node = g.producer.get(data_inputs[0]) if data_inputs else None
     if node is None or node.op_type != "Conv":
         raise GraphShapeError(
@@ -125,7 +175,10 @@ def find_split(model: onnx.ModelProto, split_at: SplitPoint = "flow") -> GraphSp
     if frontier:
         raise GraphShapeError(f"the decoder reads more than its input: {sorted(frontier)[:3]}")
     if split_at == "decoder":
-        return GraphSplit(tuple(g.inputs), dec_in, None, None, output, split_at)
+        readers = {"acoustic": g.reads_speaker(dec_in, set()),
+                   "vocoder": g.reads_speaker(output, {dec_in})}  # fmt: skip
+        return GraphSplit(tuple(g.inputs), dec_in, None, None, output, split_at,
+                          frozenset(k for k, v in readers.items() if v))  # fmt: skip
 
     masked = g.producer.get(dec_in)
     if masked is None or masked.op_type != "Mul":
@@ -135,14 +188,21 @@ def find_split(model: onnx.ModelProto, split_at: SplitPoint = "flow") -> GraphSp
     seen, _ = g.closure(dec_in, {mask})
     best: tuple[int, str] | None = None
     for cand in seen:
-        if cand in (dec_in, mask):
+        if cand in (dec_in, mask) or cand in g.speaker:
             continue
         inner, frontier = g.closure(dec_in, {cand, mask})
         if not frontier and (best is None or len(inner) > best[0]):
             best = (len(inner), cand)
     if best is None:
         raise GraphShapeError("no single latent tensor feeds the flow: cannot split at the flow")
-    return GraphSplit(tuple(g.inputs), dec_in, best[1], mask, output, split_at)
+    latent = best[1]
+    readers = {
+        "acoustic": g.reads_speaker(latent, set()) or g.reads_speaker(mask, set()),
+        "flow": g.reads_speaker(dec_in, {latent, mask}),
+        "vocoder": g.reads_speaker(output, {dec_in}),
+    }
+    return GraphSplit(tuple(g.inputs), dec_in, latent, mask, output, split_at,
+                      frozenset(k for k, v in readers.items() if v))  # fmt: skip
 
 
 def extract(model: onnx.ModelProto, inputs: list[str], outputs: list[str]) -> onnx.ModelProto:
@@ -163,7 +223,9 @@ class SplitEngines:
     → ``frames`` (decoder split). ``flow`` (flow split only): ``latents`` + ``mask`` →
     ``frames``. ``vocoder``: ``frames`` → ``output`` waveform. Flow and vocoder are frame-local
     and run over windows; they are separate engines because their context needs differ: the
-    flow is cheap with a wide receptive field, the decoder costly with a narrow one.
+    flow is cheap with a wide receptive field, the decoder costly with a narrow one. In a
+    multi-speaker voice each engine that reads the speaker also takes ``sid``
+    (``split.speaker_readers``).
     """
 
     acoustic: onnx.ModelProto
@@ -173,20 +235,26 @@ class SplitEngines:
 
 
 def split_model(model: onnx.ModelProto, split_at: SplitPoint = "flow") -> SplitEngines:
-    """Cut ``model`` at ``split_at`` into sentence, flow and vocoder engines."""
+    """Cut ``model`` at ``split_at`` into sentence, flow and vocoder engines; each engine that
+    reads the speaker takes ``sid`` as an input of its own."""
     split = find_split(model, split_at)
     model = onnx.shape_inference.infer_shapes(model)
     names = {split.decoder_input: "frames"}
+
+    def inputs(engine: str, tensors: list[str]) -> list[str]:
+        return [*tensors, SPEAKER_INPUT] if engine in split.speaker_readers else tensors
+
+    sentence = [i for i in split.sentence_inputs if i != SPEAKER_INPUT]
     if split.latent is not None and split.mask is not None:
         names |= {split.latent: "latents", split.mask: "mask"}
-        acoustic = extract(model, list(split.sentence_inputs), [split.latent, split.mask])
+        acoustic = extract(model, inputs("acoustic", sentence), [split.latent, split.mask])
         flow: onnx.ModelProto | None = extract(
-            model, [split.latent, split.mask], [split.decoder_input]
+            model, inputs("flow", [split.latent, split.mask]), [split.decoder_input]
         )
     else:
-        acoustic = extract(model, list(split.sentence_inputs), [split.decoder_input])
+        acoustic = extract(model, inputs("acoustic", sentence), [split.decoder_input])
         flow = None
-    vocoder = extract(model, [split.decoder_input], [split.output])
+    vocoder = extract(model, inputs("vocoder", [split.decoder_input]), [split.output])
     for engine in (acoustic, flow, vocoder):
         if engine is not None:
             _rename(engine, names)

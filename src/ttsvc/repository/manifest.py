@@ -57,6 +57,10 @@ class Manifest(BaseModel):
     hop_length: int
     latent_channels: int
     split_at: str
+    num_speakers: int = Field(1, ge=1)
+    """Speakers the engines take (their ``sid`` input); 1 for a single-speaker voice."""
+    speakers: dict[str, int] = Field(default_factory=dict)
+    """Speaker names to ids, from the voice's ``speaker_id_map`` (empty: ids only)."""
     contexts: dict[str, FrameContext]
     """Per windowed engine (``flow`` when there is one, ``vocoder``): its measured context."""
     files: dict[str, FileEntry]

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ttsvc.backends.base import BatchFlowEngine, BatchVocoderEngine, EngineSet, FloatArray
+from ttsvc.errors import EngineError
 from ttsvc.protocol import FromWorker
 from ttsvc.synthesis import AudioChunk, FrameCall, Synthesizer
 from ttsvc.worker.compute import StreamScheduler, _Stream
@@ -37,7 +38,7 @@ class PendingWindow:
 
     uid: str
     key: Hashable
-    """Calls with equal keys can run as one batch (engine set, stage, input shape)."""
+    """Calls with equal keys can run as one batch (engine set, stage, input shape, speaker)."""
     fresh: bool
     """Nothing sent yet: its first window decides its time to first audio."""
     arrived: float
@@ -73,6 +74,8 @@ def batch_limit(engines: EngineSet) -> int:
 
 def run_batch(engines: EngineSet, calls: Sequence[FrameCall]) -> list[FloatArray]:
     """Run equal-shaped calls of one stage as one batched engine call; answers in call order."""
+    if any(call.speaker for call in calls):  # the batch protocols carry no speaker ids
+        raise EngineError("batched engines are single-speaker: cannot run a speaker's windows")
     stacked = np.concatenate([call.inputs for call in calls], axis=0)
     if calls[0].stage == "flow":
         assert isinstance(engines.flow, BatchFlowEngine)
@@ -106,7 +109,7 @@ class BatchStreamScheduler(StreamScheduler):
         fresh = stream.first_sent_at is None
         return PendingWindow(
             uid=stream.job.uid,
-            key=(id(engines), call.stage, call.inputs.shape),
+            key=(id(engines), call.stage, call.inputs.shape, call.speaker),
             fresh=fresh,
             arrived=stream.arrived,
             deadline=0.0 if fresh else self._deadline(stream),
