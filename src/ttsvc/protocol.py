@@ -54,6 +54,8 @@ class SynthesisJob:
     voice: str = ""
     """The voice to speak with (``""``: the worker's first voice); a worker that does not hold
     it loads it first."""
+    speaker: int | None = None
+    """Speaker id of a multi-speaker voice (the gateway resolved a name); ``None``: its first."""
 
 
 @dataclass(frozen=True)

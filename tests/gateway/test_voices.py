@@ -5,7 +5,7 @@ Two real voices (the packaged one and the derived British, 16 kHz, slower one of
 processes: requests pick a voice by name or alias, both are served concurrently and correctly, a
 hot swap of one leaves the other alone, a worker under a small memory budget lets go of the voice
 it used least recently and loads it again when asked, and a voice mounted while the service runs
-is picked up.
+is picked up. A derived three-speaker voice (``tests/speakers.py``) takes a speaker by name or id.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ import pytest
 
 from tests.engine_files import VOICE, publish, variant
 from tests.gateway.serving import HEALTH_POLLS, Server
+from tests.speakers import SPEAKERS
 from tests.voices import SECOND_SAMPLE_RATE, SECOND_VOICE
 from ttsvc.backends.onnxruntime import load_engine_set
+from ttsvc.repository.layout import EngineVersion
 from ttsvc.synthesis import SynthesisParams, Synthesizer
 
 # the module's first test may compile the derived voice (``second_voice_root``) first
@@ -196,7 +198,9 @@ def test_a_worker_over_its_memory_budget_lets_go_of_the_least_used_voice(root: P
     srv = Server(root, "--workers", "1", "--voice-memory-mb", "1")  # below one voice: one held
     try:
         srv.wait_ready(1)
-        wait_voices(srv, lambda v: all(e["state"] == "serving" for e in v.values()),
+        mounted = {p.name for p in root.iterdir() if not p.name.startswith(".")}
+        wait_voices(srv, lambda v: set(v) == mounted
+                    and all(e["state"] == "serving" for e in v.values()),
                     "every voice serving")  # fmt: skip
         (pid,) = srv.worker_pids()
         expected = reference(root, VOICE)
@@ -216,5 +220,42 @@ def test_a_worker_over_its_memory_budget_lets_go_of_the_least_used_voice(root: P
         lines = srv.log_lines()
         assert sum('"voice_evicted"' in line for line in lines) >= len(order) - 1
         assert any('"voice_loaded"' in line and SECOND_VOICE in line for line in lines)
+    finally:
+        srv.stop()
+
+
+def test_a_multi_speaker_voice_takes_a_speaker_by_name_or_id(
+    multi_speaker_version: EngineVersion,
+    multi_speaker_synth: Synthesizer,
+    default_version: EngineVersion,
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "engines"
+    shutil.copytree(default_version.path, root / VOICE / "1")
+    shutil.copytree(multi_speaker_version.path, root / multi_speaker_version.voice / "1")
+    name = multi_speaker_version.voice
+    srv = Server(root, "--workers", "1")
+    try:
+        srv.wait_ready(1)
+        listed = wait_voices(srv, lambda v: v.get(name, {}).get("state") == "serving",
+                             "the multi-speaker voice serving")[name]  # fmt: skip
+        assert listed["num_speakers"] == 3
+        assert listed["speakers"] == list(SPEAKERS)  # names in id order
+        by_name = srv.synth(TEXT, voice=name, speaker="ember", stream=False, **DET)
+        by_id = srv.synth(TEXT, voice=name, speaker=1, stream=False, **DET)
+        first = srv.synth(TEXT, voice=name, stream=False, **DET)
+        params = SynthesisParams(noise_scale=0.0, noise_w=0.0, speaker=1)
+        expected = multi_speaker_synth.synthesize(TEXT, params)
+        _, ember = pcm(by_name)
+        assert ember.shape == expected.shape
+        assert np.max(np.abs(ember.astype(np.int32) - expected)) <= 33
+        assert by_id.content == by_name.content
+        assert pcm(first)[1].shape != ember.shape  # speaker 0 speaks at another pace
+        unknown = srv.synth("Hello.", voice=name, speaker="nobody")
+        assert unknown.status_code == 422
+        assert unknown.json()["field"] == "speaker" and "ember" in unknown.json()["error"]
+        single = srv.synth("Hello.", voice=VOICE, speaker=2)  # one speaker: id 0 only
+        assert single.status_code == 422 and single.json()["field"] == "speaker"
+        assert srv.synth("Hello.", voice=VOICE, speaker=0).status_code == 200
     finally:
         srv.stop()

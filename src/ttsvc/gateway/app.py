@@ -76,7 +76,7 @@ from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.pool.supervisor import Mailbox, WorkerPool, WorkerSpec
 from ttsvc.protocol import AudioChunkMsg, EngineSpec, StreamDone, StreamError, SynthesisJob
 from ttsvc.repository.cache import EngineCache
-from ttsvc.voice import VOICE_FILE, describe
+from ttsvc.voice import VOICE_FILE, VoiceConfig, describe, speaker_id
 from ttsvc.worker.process import ComputePlan
 
 log = get_logger("gateway")
@@ -98,6 +98,8 @@ class SynthesizeRequest(BaseModel):
 
     text: str
     voice: str | None = None
+    speaker: int | str | None = None
+    """A multi-speaker voice's speaker, by name or id (``None``: its first)."""
     speed: float = Field(1.0, ge=0.25, le=4.0)
     noise_scale: float | None = Field(None, ge=0.0, le=2.0)
     noise_w: float | None = Field(None, ge=0.0, le=2.0)
@@ -125,6 +127,8 @@ class SpeechOrder:
     """``synthesize`` or ``openai``, for metrics."""
     voice: str = ""
     """The served voice (resolved from the request's name or alias)."""
+    speaker: int | None = None
+    """Its speaker id (resolved from a name), ``None`` for its first."""
 
 
 @dataclass
@@ -447,18 +451,30 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             {"status": "ok", "score": round(balancer.pool_score(), 2), "inflight": state.inflight}
         )
 
-    described: dict[tuple[str, str], dict[str, object]] = {}
-    """Each served engine version's voice details, by voice and label (read once, off the
-    event loop)."""
+    configs: dict[tuple[str, str], dict[str, object]] = {}
+    """Each served engine version's Piper config, by voice and label (read once, off the event
+    loop)."""
+
+    async def config(spec: EngineSpec) -> dict[str, object]:
+        key = spec.voice, spec.label
+        if key not in configs:
+            raw = await asyncio.to_thread(EngineSource.from_spec(spec).read, VOICE_FILE)
+            configs[key] = json.loads(raw.decode("utf-8"))
+        return configs[key]
 
     async def details(spec: EngineSpec | None) -> dict[str, object]:
-        if spec is None:
-            return {}
-        key = spec.voice, spec.label
-        if key not in described:
-            raw = await asyncio.to_thread(EngineSource.from_spec(spec).read, VOICE_FILE)
-            described[key] = describe(json.loads(raw.decode("utf-8")))
-        return described[key]
+        return {} if spec is None else describe(await config(spec))
+
+    async def speaker(voice: str, value: int | str | None) -> int | None:
+        """The id of the speaker a request names, checked against its voice's config: a 422 on
+        ``speaker`` naming the voice's speakers, before any worker is asked."""
+        swapper = state.catalog.get(voice) if state.catalog is not None else None
+        if value is None or swapper is None or swapper.current is None:
+            return None
+        try:
+            return speaker_id(VoiceConfig.from_piper(await config(swapper.current), voice), value)
+        except ValueError as exc:
+            raise InvalidParameter(str(exc), field="speaker") from exc
 
     def voice_entry(name: str, swapper: EngineSwapper, details: dict[str, object],
                     aliases: list[str]) -> dict[str, object]:  # fmt: skip
@@ -480,7 +496,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         }
         return {"name": name, **details, "default": name == state.voice, "aliases": aliases,
                 "state": "serving" if current and serving else "loading" if current
-                else "no_engine",
+                else "verifying" if swapper.deferred else "no_engine",
                 "engine_versions": serving,
                 # workers holding it loaded now; the others load it when a request needs it
                 "loaded_on": sorted(w.id for w in ready if name in w.voices),
@@ -499,9 +515,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         entries = []
         for name in names:
             swapper = catalog.swappers[name]
-            if name != state.voice and swapper.current is None and not (
-                swapper.rejected or swapper.pending
-            ):
+            if name != state.voice and not (swapper.present or swapper.current):
                 continue  # no version at all yet (a compile in progress, lost+found)
             entries.append(voice_entry(name, swapper, await details(swapper.current),
                                        sorted(aliases.get(name, []))))  # fmt: skip
@@ -514,7 +528,8 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         fmt = FORMATS[body.format]
         order = SpeechOrder(body.text, body.speed, body.noise_scale, body.noise_w,
                             body.sentence_silence, _rate(fmt, body.sample_rate), fmt,
-                            _streamed(fmt, body.stream), "synthesize", voice)  # fmt: skip
+                            _streamed(fmt, body.stream), "synthesize", voice,
+                            await speaker(voice, body.speaker))  # fmt: skip
         return await _synthesize(state, order, request)
 
     @app.post("/v1/audio/speech", dependencies=guarded)
@@ -979,7 +994,8 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
         log.info("request_id", uid=uid, client_request_id=client_id[:128])
     job = SynthesisJob(uid, order.text, order.speed, order.noise_scale, order.noise_w,
                        order.sentence_silence, order.sample_rate, settings.max_audio_s,
-                       None if key is None else key.name, order.voice)  # fmt: skip
+                       None if key is None else key.name, order.voice,
+                       order.speaker)  # fmt: skip
     exchange = SynthesisExchange(state, request, pool, wid, job, qsize)
     exchange.buffered = not order.stream
     exchange.ticket = ticket

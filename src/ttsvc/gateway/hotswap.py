@@ -187,6 +187,8 @@ class EngineSwapper:
         """Versions with a file that differs from its manifest and is still changing."""
         self.deferred = False
         """A candidate waits for a worker to judge it (none ready yet): not a failure."""
+        self.present = False
+        """The voice had at least one complete version at the last look."""
         self._states: States | None = None
         self._source: Path | None = None
         self._judged: dict[object, Rejection] = {}
@@ -290,6 +292,7 @@ class EngineSwapper:
         """Find the newest version that may serve and roll it out if it is new and verified."""
         async with self._lock:
             versions = await asyncio.to_thread(self.repo.versions, self.voice)
+            self.present = bool(versions)
             now = time.monotonic()
             seen: dict[str, tuple[FileState, float]] = {}
             digests: Digests = {}

@@ -147,6 +147,7 @@ class StreamScheduler:
             noise_scale=job.noise_scale,
             noise_w=job.noise_w,
             sentence_silence=job.sentence_silence,
+            speaker=job.speaker,
         )
 
     def _start(self, stream: _Stream) -> Iterator[AudioChunk]:
