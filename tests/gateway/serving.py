@@ -8,13 +8,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
 from ttsvc.gateway.auth import append_key, key_line, new_key
 from ttsvc.gateway.ratelimit import Quota
 
+T = TypeVar("T")
 HEALTH_POLLS = 600  # bounded wait for READY: each poll blocks up to 0.1 s on the socket
 
 
@@ -121,20 +124,27 @@ def engines_state(server: Server) -> dict[str, object]:
     return engines
 
 
-def wait_engines(server: Server, predicate: object, what: str) -> dict[str, object]:
-    """Probe ``/voices`` until ``predicate(state)`` holds (a bounded number of HTTP probes)."""
-    assert callable(predicate)
+def wait_until(server: Server, probe: Callable[[], T], predicate: Callable[[T], bool],
+               what: str) -> T:  # fmt: skip
+    """Call ``probe`` until ``predicate`` holds for what it returns (a bounded number of
+    probes, blocking on the server process between them: it must not exit meanwhile)."""
     for _ in range(HEALTH_POLLS * 2):
-        state = engines_state(server)
-        if predicate(state):
-            return state
+        found = probe()
+        if predicate(found):
+            return found
         try:  # block on the server process briefly instead of sleeping
             server.proc.wait(timeout=0.05)
         except subprocess.TimeoutExpired:
             pass
         else:
-            raise AssertionError("server exited")
-    raise AssertionError(f"never saw: {what}; last state {engines_state(server)}")
+            raise AssertionError(f"server exited while waiting for: {what}: {server.log_tail()}")
+    raise AssertionError(f"never saw: {what}; last {probe()}")
+
+
+def wait_engines(server: Server, predicate: object, what: str) -> dict[str, object]:
+    """Probe ``/voices`` until ``predicate(state)`` holds (a bounded number of HTTP probes)."""
+    assert callable(predicate)
+    return wait_until(server, lambda: engines_state(server), predicate, what)
 
 
 def write_keys(path: Path, quotas: dict[str, dict[str, float]]) -> dict[str, str]:

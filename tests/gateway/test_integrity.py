@@ -25,7 +25,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.gateway.serving import HEALTH_POLLS, Server
+from tests.gateway.serving import Server, wait_until
 from ttsvc.repository.layout import EngineVersion
 
 LONG = "This answer keeps its worker busy for a good long while, sentence after sentence. " * 30
@@ -60,16 +60,7 @@ def _metric(srv: Server, name: str, **labels: str) -> float:
 def _until(srv: Server, predicate: Callable[[], bool], what: str) -> None:
     """Wait for ``predicate`` with a bounded number of probes, blocking on the server process
     between them (it must not exit meanwhile)."""
-    for _ in range(HEALTH_POLLS * 2):
-        if predicate():
-            return
-        try:
-            srv.proc.wait(timeout=0.05)
-        except subprocess.TimeoutExpired:
-            pass
-        else:
-            raise AssertionError(f"server exited while waiting for: {what}")
-    raise AssertionError(f"never saw: {what}")
+    wait_until(srv, predicate, bool, what)
 
 
 # --- clients: each reads a first chunk, waits at the barrier, then reads to the end ---------

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import shutil
-import subprocess
 import threading
 import wave
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import numpy as np
 import pytest
 
 from tests.engine_files import VOICE, publish, variant
-from tests.gateway.serving import HEALTH_POLLS, Server
+from tests.gateway.serving import Server, wait_until
 from tests.speakers import SPEAKERS
 from tests.voices import SECOND_SAMPLE_RATE, SECOND_VOICE
 from ttsvc.backends.onnxruntime import load_engine_set
@@ -64,17 +63,7 @@ def voices(server: Server) -> dict[str, dict[str, object]]:
 def wait_voices(server: Server, predicate: object, what: str) -> dict[str, dict[str, object]]:
     """Probe ``GET /voices`` until ``predicate`` holds (a bounded number of HTTP probes)."""
     assert callable(predicate)
-    for _ in range(HEALTH_POLLS * 2):
-        found = voices(server)
-        if predicate(found):
-            return found
-        try:  # block on the server process briefly instead of sleeping
-            server.proc.wait(timeout=0.05)
-        except subprocess.TimeoutExpired:
-            pass
-        else:
-            raise AssertionError(f"server exited: {server.log_tail()}")
-    raise AssertionError(f"never saw: {what}; last {voices(server)}")
+    return wait_until(server, lambda: voices(server), predicate, what)
 
 
 def pcm(response: httpx.Response) -> tuple[int, np.ndarray]:  # type: ignore[type-arg]

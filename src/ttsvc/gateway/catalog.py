@@ -17,9 +17,9 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from watchfiles import Change, awatch
+from watchfiles import Change
 
-from ttsvc.gateway.hotswap import EngineSwapper
+from ttsvc.gateway.hotswap import EngineSwapper, watch_changes
 from ttsvc.observability.logs import get_logger
 from ttsvc.protocol import EngineSpec
 from ttsvc.repository.layout import STAGING_PREFIX
@@ -86,16 +86,8 @@ class VoiceCatalog:
 
     async def watch(self) -> None:
         """Pick up voice directories that appear under the root until stopped."""
-        async for _changes in awatch(
-            self.root,
-            watch_filter=_top_level,
-            debounce=50,
-            step=10,
-            stop_event=self._stop,
-            force_polling=self.polling,
-            poll_delay_ms=50,
-            recursive=False,
-        ):
+        async for _changes in watch_changes(self.root, _top_level, self._stop, self.polling,
+                                            recursive=False):  # fmt: skip
             try:
                 await self.scan()
             except Exception:  # the watcher must outlive any one bad voice directory

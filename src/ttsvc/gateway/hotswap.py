@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +64,20 @@ RETRY_S = 1.0
 FileState = tuple[int, int, int] | None
 States = dict[str, FileState]
 Digests = dict[tuple[str, FileState], str]
+
+
+def watch_changes(
+    path: Path,
+    keep: Callable[[Change, str], bool],
+    stop: asyncio.Event,
+    polling: bool,
+    recursive: bool = True,
+) -> AsyncIterator[set[tuple[Change, str]]]:
+    """Batches of changes under ``path`` that ``keep`` keeps, until ``stop`` is set: 50 ms
+    debounce, so a rename or a copy's writes arrive as one batch, and 50 ms polls where
+    ``polling`` (filesystems without inotify)."""
+    return awatch(path, watch_filter=keep, debounce=50, step=10, stop_event=stop,
+                  force_polling=polling, poll_delay_ms=50, recursive=recursive)  # fmt: skip
 
 
 def load_manifest_json(text: str) -> Manifest:
@@ -237,15 +251,7 @@ class EngineSwapper:
     async def watch(self) -> None:
         """React to changes under ``<root>/<voice>`` until stopped."""
         voice_dir = self.repo.root / self.voice
-        async for _changes in awatch(
-            voice_dir,
-            watch_filter=relevant,
-            debounce=50,
-            step=10,
-            stop_event=self._stop,
-            force_polling=self.polling,
-            poll_delay_ms=50,
-        ):
+        async for _changes in watch_changes(voice_dir, relevant, self._stop, self.polling):
             await self._rescan_logged()
 
     async def _rescan_logged(self) -> None:
