@@ -248,6 +248,9 @@ def test_cpu_image_build_and_run_in_a_fresh_virtualenv(
         log.close()
     # served from the image's engines without writing there (the chart mounts them read-only)
     assert sorted(str(p.relative_to(engines)) for p in engines.rglob("*")) == built
-    # ... and its run-time writes went to /tmp: the engine cache copies workers loaded
-    cached = [p.name for p in Path(image_env["TTSVC_ENGINE_CACHE_DIR"]).iterdir()]
+    # ... and its run-time writes went to /tmp: the engine cache copies workers loaded, a
+    # directory per voice of files named by their sha256
+    cache = Path(image_env["TTSVC_ENGINE_CACHE_DIR"])
+    assert [p.name for p in cache.iterdir()] == ["en_US-joe-medium"]
+    cached = [p.name for p in (cache / "en_US-joe-medium").iterdir()]
     assert cached and all(len(name) == 64 for name in cached)
