@@ -176,8 +176,9 @@ class Settings(BaseSettings):
     voice_memory_mb: float = Field(1024.0, ge=0.0, le=1_000_000.0)
     """Megabytes the voices one worker holds loaded may take (every voice under
     ``engines_dir`` is served; a worker loads a voice when a request first needs it), each
-    counted as what the worker grew by loading it (about 140 MB for a medium Piper voice). Past
-    it, the worker lets go of the voice it used least recently; 0: no limit."""
+    counted as its engine files times the resident bytes per file byte the worker measured
+    loading its first voice (about 140 MB for a medium Piper voice). Past it, the worker lets go
+    of the voice it used least recently; 0: no limit."""
 
     @model_validator(mode="before")
     @classmethod

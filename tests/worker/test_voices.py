@@ -11,7 +11,7 @@ import numpy as np
 
 from ttsvc.protocol import EngineSpec, SynthesisJob
 from ttsvc.repository.layout import EngineVersion
-from ttsvc.worker.voices import VoiceSet, resident_bytes, spec_bytes, voice_bytes
+from ttsvc.worker.voices import VoiceSet, footprint, resident_bytes, spec_bytes
 
 MB = 2**20
 
@@ -77,15 +77,21 @@ def test_spec_bytes_sums_the_manifest_files(default_version: EngineVersion) -> N
     assert spec_bytes(spec) == on_disk
 
 
-def test_a_voice_counts_what_loading_it_grew_the_worker_by_and_never_less_than_its_files(
+def test_voices_count_by_the_first_voice_s_footprint_per_file_byte(
     default_version: EngineVersion,
 ) -> None:
     manifest = (default_version.path / "manifest.json").read_text(encoding="utf-8")
     spec = EngineSpec("1", "v", 1, "src", {}, (), manifest, "cache")
     files = spec_bytes(spec)
-    assert voice_bytes(spec, 0) == files
-    assert voice_bytes(spec, -5 * MB) == files  # memory freed meanwhile by something else
-    assert voice_bytes(spec, 3 * files) == 3 * files
+    assert footprint(spec, 0) == 1.0  # never less than its files
+    assert footprint(spec, -5 * MB) == 1.0  # memory freed meanwhile by something else
+    ratio = footprint(spec, 2 * files)
+    assert ratio == 2.0
+    held: VoiceSet[str] = VoiceSet({}, budget_bytes=5 * files, per_file_byte=ratio)
+    assert held.size(spec) == 2 * files
+    held.put("a", "A", held.size(spec))
+    held.put("b", "B", held.size(spec))
+    assert held.put("c", "C", held.size(spec)) == ["a"]  # 6 x files over a 5 x budget
 
 
 def test_resident_bytes_sees_memory_the_process_touches() -> None:

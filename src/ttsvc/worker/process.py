@@ -39,7 +39,7 @@ from ttsvc.worker.batching import batch_limit, scheduler_for
 from ttsvc.worker.compute import StreamScheduler
 from ttsvc.worker.deadline import DeadlineScheduler, measure
 from ttsvc.worker.heap import Heap
-from ttsvc.worker.voices import VoiceSet, resident_bytes, spec_bytes, voice_bytes
+from ttsvc.worker.voices import VoiceSet, footprint, resident_bytes, spec_bytes
 
 log = get_logger("worker")
 
@@ -129,6 +129,8 @@ def run_worker(
     plan = plan or ComputePlan()
     heap = Heap()
     heap.pin_mmap_threshold()  # before the engines load: their weights are the large blocks
+    import ttsvc.backends.loader  # noqa: F401, PLC0415 - the runtime's own memory is not a voice's
+
     before = resident_bytes()
     synth = _load(spec, threads, schedule, max_sentence_chars)
     grown = resident_bytes() - before
@@ -147,8 +149,9 @@ def run_worker(
             conn.send(msg)
 
     capacity = scheduler.capacity.value if isinstance(scheduler, DeadlineScheduler) else 0.0
-    held: VoiceSet[Synthesizer] = VoiceSet({**(voices or {}), spec.voice: spec}, voice_budget)
-    held.put(spec.voice, synth, voice_bytes(spec, grown))
+    held: VoiceSet[Synthesizer] = VoiceSet({**(voices or {}), spec.voice: spec}, voice_budget,
+                                           per_file_byte=footprint(spec, grown))  # fmt: skip
+    held.put(spec.voice, synth, held.size(spec))
     send(WorkerReady(worker_id, spec.voice, spec.label, synth.sample_rate,
                      capacity, plan.threads if deadline else 1, held.names()))  # fmt: skip
     del synth  # the voice set holds the serving engines: a local would keep them forever
@@ -181,7 +184,7 @@ class _Loader:
     threads: int
     schedule: WindowSchedule
     max_sentence_chars: int
-    done: queue.SimpleQueue[tuple[SwapEngines | EngineSpec, Outcome, float, int]] = field(
+    done: queue.SimpleQueue[tuple[SwapEngines | EngineSpec, Outcome, float]] = field(
         default_factory=queue.SimpleQueue
     )
     demand: str | None = None
@@ -200,7 +203,6 @@ class _Loader:
         swap = isinstance(request, SwapEngines)
         spec = request.spec if isinstance(request, SwapEngines) else request
         started = time.perf_counter()
-        before = resident_bytes()  # another load at the same time counts twice: evicts early
         outcome: Outcome
         try:
             outcome = _load(spec, self.threads, self.schedule, self.max_sentence_chars, cost,
@@ -211,8 +213,7 @@ class _Loader:
             # answers clients with the public reason; the detail is for its log.
             public = exc.public() if isinstance(exc, EngineError) else "could not be loaded"
             outcome = (public, str(exc))
-        self.done.put((request, outcome, time.perf_counter() - started,
-                       resident_bytes() - before))  # fmt: skip
+        self.done.put((request, outcome, time.perf_counter() - started))
 
 
 ALIKE = 0.2
@@ -247,11 +248,10 @@ def _heartbeat(worker_id: int, scheduler: Scheduler, held: VoiceSet[Synthesizer]
 
 
 def _hold(scheduler: Scheduler, held: VoiceSet[Synthesizer], spec: EngineSpec,
-          synth: Synthesizer, grown: int) -> None:  # fmt: skip
-    """Serve ``synth`` as ``spec``'s voice from now on (the worker grew by ``grown`` bytes
-    loading it); running streams keep their engines."""
+          synth: Synthesizer) -> None:  # fmt: skip
+    """Serve ``synth`` as ``spec``'s voice from now on; running streams keep their engines."""
     held.known[spec.voice] = spec
-    evicted = held.put(spec.voice, synth, voice_bytes(spec, grown))
+    evicted = held.put(spec.voice, synth, held.size(spec))
     if isinstance(scheduler, DeadlineScheduler):
         with scheduler.lock:
             scheduler.synth = synth  # the default must not pin an evicted voice's engines
@@ -299,7 +299,7 @@ def _serve(
             loader.start(spec, _alike_costs(held, spec))
 
     def finished(
-        request: SwapEngines | EngineSpec, outcome: Outcome, seconds: float, grown: int
+        request: SwapEngines | EngineSpec, outcome: Outcome, seconds: float
     ) -> None:
         """A load ended: hold the voice and start its requests, or answer the swap."""
         loader.running -= 1
@@ -317,7 +317,7 @@ def _serve(
                 return
             current = held.get(voice)  # a swap that finished first holds a newer set
             if current is None:
-                _hold(scheduler, held, request, outcome, grown)
+                _hold(scheduler, held, request, outcome)
                 current = outcome
                 log.info("voice_loaded", voice=voice, engine_version=request.label,
                          load_ms=round(1000 * seconds, 1), held=list(held.names()),
@@ -332,7 +332,7 @@ def _serve(
             public, detail = outcome
             reply = EnginesSwapped(worker_id, label, False, public, request.seq, detail=detail)
         else:
-            _hold(scheduler, held, request.spec, outcome, grown)
+            _hold(scheduler, held, request.spec, outcome)
             for job in held.loaded(request.spec.voice):  # waited on an older load: start now
                 scheduler.add(job, outcome)
             reply = EnginesSwapped(worker_id, label, True, "", request.seq,

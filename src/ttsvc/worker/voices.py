@@ -41,10 +41,13 @@ def resident_bytes() -> int:
         return 0
 
 
-def voice_bytes(spec: EngineSpec, grown: int) -> int:
-    """What a loaded voice counts against the memory budget: how much the worker grew while it
-    loaded it (what the container's memory limit sees), never less than its files."""
-    return max(spec_bytes(spec), grown)
+def footprint(spec: EngineSpec, grown: int) -> float:
+    """Resident bytes per byte of engine files, from the worker's first voice: ``grown`` is how
+    much the process grew loading and warming it up. Measured once, at start: a later load
+    mostly reuses memory the allocator kept from an evicted voice, so its own growth says
+    little about what the voice holds. Never below 1 (a voice holds at least its weights)."""
+    files = spec_bytes(spec)
+    return max(1.0, grown / files) if files else 1.0
 
 
 @dataclass
@@ -54,12 +57,18 @@ class VoiceSet(Generic[T]):
     known: dict[str, EngineSpec]
     """Every voice the gateway serves, by name: the spec a load of it uses."""
     budget_bytes: int = 0
-    """Most bytes the held voices may take (0: no limit), each counted as ``voice_bytes``. The
-    voice just loaded always stays, so a budget below one voice still serves, one at a time."""
+    """Most bytes the held voices may take (0: no limit), each counted by ``size``. The voice
+    just loaded always stays, so a budget below one voice still serves, one at a time."""
+    per_file_byte: float = 1.0
+    """Resident bytes a held voice takes per byte of its engine files (``footprint``)."""
     held: OrderedDict[str, tuple[T, int]] = field(default_factory=OrderedDict)
     """Voice → (engines, bytes), least recently used first."""
     waiting: dict[str, list[SynthesisJob]] = field(default_factory=dict)
     """Voice being loaded → the requests that wait for it, in arrival order."""
+
+    def size(self, spec: EngineSpec) -> int:
+        """Bytes ``spec``'s voice counts against the budget once held."""
+        return int(self.per_file_byte * spec_bytes(spec))
 
     def get(self, voice: str) -> T | None:
         """The held engines of ``voice`` (now the most recently used), or ``None``."""
