@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from ttsvc.errors import EngineError
-from ttsvc.repository.manifest import SHA_MISMATCH, file_entry, file_problem, load_manifest
+from ttsvc.errors import EngineError, EngineIntegrityError
+from ttsvc.repository import manifest
+from ttsvc.repository.manifest import (
+    SHA_MISMATCH,
+    file_entry,
+    file_problem,
+    load_manifest,
+    open_checked,
+)
 
 
 def test_matching_file_has_no_problem(tmp_path: Path) -> None:
@@ -50,3 +57,42 @@ def test_a_manifest_that_cannot_be_read_is_an_engine_error_of_its_version(tmp_pa
     with pytest.raises(EngineError) as caught:
         load_manifest(tmp_path)
     assert caught.value.public() == "manifest.json: cannot be read"
+
+
+def _cache_file(tmp_path: Path, content: bytes) -> tuple[Path, str]:
+    """A file of the engine cache: content-addressed, written once."""
+    path = tmp_path / "blob"
+    path.write_bytes(content)
+    return path, file_entry(path).sha256
+
+
+def test_a_cache_file_is_hashed_once_per_process_while_it_stays_the_same_file(
+    tmp_path: Path,
+) -> None:
+    path, sha = _cache_file(tmp_path, b"w" * 4096)
+    open_checked(path, sha, immutable=True).close()
+    st = path.stat()
+    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    assert manifest._verified[identity] == sha  # the next open of this very file skips the hash
+    with open_checked(path, sha, immutable=True) as again:
+        assert again.read() == b"w" * 4096
+
+
+def test_a_cache_file_rewritten_in_place_is_hashed_again_and_refused(tmp_path: Path) -> None:
+    path, sha = _cache_file(tmp_path, b"a" * 4096)
+    open_checked(path, sha, immutable=True).close()
+    with path.open("r+b") as fh:  # same inode, same size, other bytes: a new ctime
+        fh.write(b"b" * 4096)
+    with pytest.raises(EngineIntegrityError) as err:
+        open_checked(path, sha, immutable=True)
+    assert err.value.reason == SHA_MISMATCH
+
+
+def test_a_cache_file_renamed_over_is_hashed_again_and_refused(tmp_path: Path) -> None:
+    path, sha = _cache_file(tmp_path, b"c" * 4096)
+    open_checked(path, sha, immutable=True).close()
+    other = tmp_path / "other"
+    other.write_bytes(b"d" * 4096)
+    other.replace(path)  # a new inode under the old name
+    with pytest.raises(EngineIntegrityError):
+        open_checked(path, sha, immutable=True)

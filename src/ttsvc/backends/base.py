@@ -157,7 +157,7 @@ class EngineSource:
                 raise EngineError(f"{spec.source}: engine spec does not list {name}", file=name,
                                   reason="not in the engine set")  # fmt: skip
             try:
-                return open_checked(cache / sha, sha)
+                return open_checked(cache / sha, sha, immutable=True)
             except EngineError as exc:  # name the engine file, not its cache entry
                 raise type(exc)(exc.message, file=name, reason=exc.reason) from exc
 

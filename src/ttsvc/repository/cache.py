@@ -4,8 +4,10 @@ Why a copy: the engines directory is a HostPath that operators change in place. 
 respawns while a file there is half-copied must still start on the last good engine, and a file
 that changes between its check and its load must not be loaded. So the gateway copies each
 candidate file once into ``<cache>/<sha256>`` (hashing while copying, writing through a temporary
-name), and workers read only those immutable copies, checking the hash again as they load.
-Copying and hashing are not parsing: untrusted bytes are parsed only inside workers.
+name), and workers read only those immutable copies, checking the hash again as they load (once
+per process and file: ``manifest.open_checked``). Copying and hashing are not parsing: untrusted
+bytes are parsed only inside workers. The gateway keeps a directory per voice, so a swap prunes
+only its own voice's files.
 """
 
 from __future__ import annotations

@@ -147,31 +147,51 @@ def open_verified(directory: Path, manifest: Manifest, name: str) -> BinaryIO:
     return open_checked(path, entry.sha256, entry.size)
 
 
-def open_checked(path: Path, sha256: str, size: int | None = None) -> BinaryIO:
+FileIdentity = tuple[int, int, int, int, int]
+"""(device, inode, size, mtime_ns, ctime_ns): what changes whenever a file's bytes may have."""
+_verified: dict[FileIdentity, str] = {}
+"""Files of the engine cache this process already hashed, by identity (``open_checked``)."""
+
+
+def open_checked(
+    path: Path, sha256: str, size: int | None = None, *, immutable: bool = False
+) -> BinaryIO:
     """Open a file, check its size (when known) and sha256 through that handle, and return the
     handle at offset 0, naming the file on a mismatch.
 
     Whatever is parsed from the handle is the content that was hashed: a rename over the path
     afterwards does not reach a file already open. Parsing from the handle (its ``/proc/self/fd``
     path) instead of from a bytes copy keeps one less copy of every engine in a worker's memory.
+
+    ``immutable``: a file of the gateway's engine cache, written once through a temporary name
+    and a rename and never rewritten. A process hashes such a file once: opened again with the
+    same device, inode, size, mtime and ctime (a rename over it gives a new inode, any write a
+    new ctime, which no one can set back), it is the same bytes, and a worker reloading a voice
+    it let go of under its memory budget does not hash sixty megabytes again while a request
+    waits.
     """
     try:
         handle = path.open("rb")
     except FileNotFoundError as exc:
         raise EngineIntegrityError(f"{path}: missing", file=path.name, reason="missing") from exc
     try:
-        actual = os.fstat(handle.fileno()).st_size
+        st = os.fstat(handle.fileno())
+        actual = st.st_size
         if size is not None and actual != size:  # free, and catches a copy still in progress
             raise EngineIntegrityError(
                 f"{path}: size {actual} bytes, manifest says {size} (truncated or replaced)",
                 file=path.name, reason=size_mismatch(actual, size),
             )  # fmt: skip
-        digest, count = _digest(handle)
-        if digest != sha256 or (size is not None and count != size):
-            raise EngineIntegrityError(
-                f"{path}: sha256 {digest[:12]}… does not match the expected {sha256[:12]}…",
-                file=path.name, reason=SHA_MISMATCH,
-            )  # fmt: skip
+        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if not (immutable and _verified.get(identity) == sha256):
+            digest, count = _digest(handle)
+            if digest != sha256 or (size is not None and count != size):
+                raise EngineIntegrityError(
+                    f"{path}: sha256 {digest[:12]}… does not match the expected {sha256[:12]}…",
+                    file=path.name, reason=SHA_MISMATCH,
+                )  # fmt: skip
+            if immutable:
+                _verified[identity] = digest
         handle.seek(0)
     except BaseException:
         handle.close()
