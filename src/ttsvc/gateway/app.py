@@ -299,6 +299,8 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
                                  swap_timeout_s=settings.swap_timeout_s, metrics=state.metrics,
                                  start_pool=start_pool, running=lambda: state.pool)  # fmt: skip
 
+        if settings.engine_cache_dir is not None:  # files of the flat layout before voices
+            await asyncio.to_thread(_drop_loose_files, scratch)
         catalog = VoiceCatalog(settings.engines_dir, voice, swapper,
                                polling=settings.watch_polling)  # fmt: skip
         state.catalog = catalog
@@ -558,6 +560,14 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         return model_card(model_id)
 
     return app
+
+
+def _drop_loose_files(scratch: Path) -> None:
+    """Delete engine-cache files left directly in the cache directory: the cache now keeps a
+    directory per voice, and a kept cache directory from before would keep them forever."""
+    for path in scratch.iterdir() if scratch.is_dir() else ():
+        if path.is_file():
+            path.unlink(missing_ok=True)
 
 
 def _rate(fmt: OutputFormat, requested: int | None) -> int | None:
@@ -992,8 +1002,10 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
     client_id = request.headers.get("x-request-id")
     if client_id:
         log.info("request_id", uid=uid, client_request_id=client_id[:128])
+    # the rate the encoder was made for, always: a worker still on another version of the voice
+    # (a swap rolling out) resamples to it instead of sending audio at another rate
     job = SynthesisJob(uid, order.text, order.speed, order.noise_scale, order.noise_w,
-                       order.sentence_silence, order.sample_rate, settings.max_audio_s,
+                       order.sentence_silence, rate, settings.max_audio_s,
                        None if key is None else key.name, order.voice,
                        order.speaker)  # fmt: skip
     exchange = SynthesisExchange(state, request, pool, wid, job, qsize)

@@ -14,7 +14,7 @@ load it when a request first needs it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 
 from watchfiles import Change
@@ -64,25 +64,43 @@ class VoiceCatalog:
         self._lock = asyncio.Lock()
 
     async def initial(self) -> None:
-        """Verify every voice present, the default first, and start serving the good ones."""
-        await self.scan()
+        """Verify the default voice (the workers start on it when it is good) before returning;
+        every other voice present is verified in the background, so start-up does not wait on
+        copying, hashing and judging them one after another."""
+        await self.scan(wait_for=self.default)
 
-    async def scan(self) -> None:
-        """Add a swapper for every voice directory not known yet."""
+    async def scan(self, wait_for: str | None = None) -> None:
+        """Add a swapper for every voice directory not known yet; each verifies its versions and
+        watches its directory in the background (``wait_for``'s first look is awaited here)."""
         async with self._lock:
             names = await asyncio.to_thread(voice_names, self.root)
             names.sort(key=lambda name: name != self.default)  # stable: the rest by name
-            for name in names:
-                if name in self.swappers or self._stop.is_set():
-                    continue
-                swapper = self.make(name)
-                self.swappers[name] = swapper
+            fresh = [name for name in names if name not in self.swappers]
+            for name in fresh:
+                self.swappers[name] = self.make(name)
                 if name != self.default:
                     log.info("voice_found", voice=name)
+        for name in fresh:
+            if self._stop.is_set():
+                return
+            swapper = self.swappers[name]
+            if name == wait_for:
                 await swapper.initial()
-                task = asyncio.ensure_future(swapper.watch())
-                self._watches.add(task)
-                task.add_done_callback(self._watches.discard)
+                self._spawn(swapper.watch())
+            else:
+                self._spawn(self._start(swapper))
+
+    async def _start(self, swapper: EngineSwapper) -> None:
+        try:
+            await swapper.initial()
+        except Exception:  # one unreadable voice must not stop it being watched, nor the others
+            log.exception("voice_scan_failed", voice=swapper.voice)
+        await swapper.watch()
+
+    def _spawn(self, work: Coroutine[None, None, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._watches.add(task)
+        task.add_done_callback(self._watches.discard)
 
     async def watch(self) -> None:
         """Pick up voice directories that appear under the root until stopped."""

@@ -425,7 +425,10 @@ class WorkerPool:
         if engine.voice == self.spec.engine.voice:
             self.spec.engine = engine
         self.spec.voices[engine.voice] = engine
-        others = ready[1:]
+        # every worker READY now, not only those ready before the canary: one that said READY
+        # while it ran started without the candidate (later ones start with it)
+        others = [w for w in sorted(self.workers)
+                  if w != ready[0] and self.workers[w].ready is not None]  # fmt: skip
         replies = await asyncio.gather(*(self._swap_one(w, engine, timeout, load=False)
                                          for w in others))  # fmt: skip
         for wid, reply in zip(others, replies, strict=True):

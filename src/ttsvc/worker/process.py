@@ -46,6 +46,10 @@ log = get_logger("worker")
 HEARTBEAT_INTERVAL_S = 0.5
 STAGING_POLL_S = 0.05
 """How long an idle worker waits on its pipe before looking for a staged engine set."""
+LOAD_HANG_S = 120.0
+"""A load running longer than this is hung (a real one takes well under a second, a staged one
+with its canary a few): the worker stops its heartbeats and the gateway replaces it, instead of
+requests for voices it does not hold waiting behind the load forever."""
 LOAD_POLL_S = 0.002
 """The same while a load runs: requests waiting for a voice start as soon as it is in."""
 
@@ -189,14 +193,15 @@ class _Loader:
     )
     demand: str | None = None
     """The voice being loaded for waiting requests (one at a time)."""
-    running: int = 0
-    """Loads in progress (counted by the main loop, which starts and finishes them): it polls
-    its pipe briefly meanwhile, so waiting requests start as soon as their voice is in."""
+    started: dict[int, float] = field(default_factory=dict)
+    """Loads in progress (by their request's id) and when each started; kept by the main loop,
+    which starts and finishes them. Meanwhile it polls its pipe briefly, so waiting requests
+    start as soon as their voice is in."""
 
     def start(self, request: SwapEngines | EngineSpec, cost: tuple[float, float, float]) -> None:
         """Load ``request``'s engines beside the serving ones (a swap's candidate also runs the
         canary): the streams this worker is serving do not stall while it loads."""
-        self.running += 1
+        self.started[id(request)] = time.monotonic()
         threading.Thread(target=self._run, args=(request, cost), daemon=True).start()
 
     def _run(self, request: SwapEngines | EngineSpec, cost: tuple[float, float, float]) -> None:
@@ -302,11 +307,19 @@ def _serve(
         request: SwapEngines | EngineSpec, outcome: Outcome, seconds: float
     ) -> None:
         """A load ended: hold the voice and start its requests, or answer the swap."""
-        loader.running -= 1
+        loader.started.pop(id(request), None)
         if isinstance(request, EngineSpec):
             voice = request.voice
             loader.demand = None
             jobs = held.loaded(voice)
+            current = held.get(voice)  # a swap that finished first holds a newer set
+            if current is None and held.known.get(voice) is not request:
+                # a newer version of the voice was announced while this one loaded: serve
+                # its requests on that one, not on what is no longer the voice's version
+                if jobs:
+                    held.waiting[voice] = jobs
+                load_next()
+                return
             load_next()
             if isinstance(outcome, tuple):
                 log.error("voice_load_failed", voice=voice, reason=outcome[0], detail=outcome[1])
@@ -315,7 +328,6 @@ def _serve(
                                      f"voice {voice!r} could not be loaded: {outcome[0]}",
                                      "voice"))  # fmt: skip
                 return
-            current = held.get(voice)  # a swap that finished first holds a newer set
             if current is None:
                 _hold(scheduler, held, request, outcome)
                 current = outcome
@@ -358,7 +370,8 @@ def _serve(
         if now - last_beat >= HEARTBEAT_INTERVAL_S:
             if os.getppid() != parent:
                 return  # the gateway died: do not linger as an orphan
-            if threaded is None or threaded.stalled_for() < HANG_S:
+            loading_for = now - min(loader.started.values(), default=now)
+            if (threaded is None or threaded.stalled_for() < HANG_S) and loading_for < LOAD_HANG_S:
                 send(_heartbeat(worker_id, scheduler, held))
             last_beat = now
         while not loader.done.empty():
@@ -368,7 +381,7 @@ def _serve(
         timeout = STAGING_POLL_S
         if busy and threaded is None:
             timeout = 0.0
-        elif loader.running:
+        elif loader.started:
             timeout = LOAD_POLL_S
         try:
             if not busy and not conn.poll(0):
