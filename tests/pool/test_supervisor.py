@@ -17,7 +17,7 @@ import pytest
 from ttsvc.balancer import BalancerSettings, HeatScoreBalancer
 from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.pool.supervisor import DeadlineTally, WorkerPool, WorkerSpec, _WorkerHandle
-from ttsvc.protocol import EngineSpec, Heartbeat, WorkerReady
+from ttsvc.protocol import EngineSpec, EnginesSwapped, Heartbeat, SwapEngines, WorkerReady
 from ttsvc.synthesis import WindowSchedule
 
 LABEL = "1"
@@ -129,3 +129,41 @@ def test_a_capacity_that_is_not_a_finite_figure_counts_as_unknown(pool: Pool) ->
     (state,) = pool.balancer.snapshot()
     assert (state.capacity, state.demand, state.qsize) == (0.0, 0.0, 1)
     assert pool.balancer.pick() == 0
+
+
+def _sent(handle: _WorkerHandle) -> list[object]:
+    """What the pool queued for a worker so far (no sender thread runs in these tests)."""
+    found = []
+    while not handle.outbox.empty():
+        found.append(handle.outbox.get())
+    return found
+
+
+def test_a_worker_ready_while_a_voice_is_staged_learns_it_too(pool: Pool) -> None:
+    """A new voice is staged on the one worker READY then; a worker that says READY during the
+    canary started without it and must be told once the candidate passed, or it would answer
+    unknown_voice for a voice GET /voices lists as served."""
+    first, second = pool.handle(0), pool.handle(1)
+    pool.pool._on_message(first, WorkerReady(0, "voice", LABEL, 22050, voices=("voice",)))
+    engine = EngineSpec("1", "other", 1, "", {}, (), "{}", "")
+
+    async def scenario() -> EnginesSwapped:
+        rollout = asyncio.ensure_future(pool.pool.rollout(engine, timeout=5))
+        await asyncio.sleep(0)  # the staging request goes out to worker 0
+        (staging,) = _sent(first)
+        assert isinstance(staging, SwapEngines) and staging.load
+        # worker 1 comes up during the canary, spawned before the voice passed
+        pool.pool._on_message(second, WorkerReady(1, "voice", LABEL, 22050, voices=("voice",)))
+        assert _sent(second) == []
+        pool.pool._on_message(first, EnginesSwapped(0, "1", True, "", staging.seq))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        (told,) = _sent(second)
+        assert isinstance(told, SwapEngines) and told.spec == engine and not told.load
+        pool.pool._on_message(second, EnginesSwapped(1, "1", True, "", told.seq))
+        return await rollout
+
+    reply = pool.loop.run_until_complete(scenario())
+    assert reply.ok
+    assert pool.pool.spec.voices["other"] == engine
+    assert second.specs["other"] == "1"
