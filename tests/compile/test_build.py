@@ -33,6 +33,10 @@ def test_published_layout_and_manifest(default_version: EngineVersion) -> None:
     assert manifest.sample_rate == 22050 and manifest.hop_length == 256
     assert manifest.latent_channels == 192
     assert manifest.precision == {"acoustic": "fp32", "flow": "fp32", "vocoder": "fp32"}
+    # each ONNX Runtime engine in the convolution layout its timing favoured (compile/layout.py)
+    assert set(manifest.layout) == {"acoustic", "flow", "vocoder"}
+    assert set(manifest.layout.values()) <= {"conv1d", "conv2d"}
+    assert set(manifest.quality) >= {f"{e}_conv2d_speedup" for e in manifest.layout}
     for name, entry in manifest.files.items():
         path = default_version.path / name
         assert entry.size == path.stat().st_size

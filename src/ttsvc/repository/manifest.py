@@ -74,6 +74,9 @@ class Manifest(BaseModel):
     """Most stream windows one frame-engine call may carry (TensorRT plans; 1 on CPU)."""
     profiles: dict[str, dict[str, list[list[int]]]] = Field(default_factory=dict)
     """TensorRT plans only: per engine, per input, its ``[min, opt, max]`` shape."""
+    layout: dict[str, str] = Field(default_factory=dict)
+    """ONNX Runtime engines only: per engine, ``conv2d`` when its 1-D convolutions were lifted
+    to 2-D ones (a faster kernel path; ``compile/layout.py``), else ``conv1d``."""
     created_at: str
 
 
