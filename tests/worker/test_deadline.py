@@ -400,3 +400,100 @@ def test_cancel_during_a_step_ends_the_stream_once(synth: Synthesizer) -> None:
     sched.step(stream, sent.append)
     assert [type(m) for m in sent] == [StreamDone]
     assert "a" not in sched.streams
+
+
+def test_an_express_thread_takes_only_fresh_streams(synth: Synthesizer) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock)
+    sched.add(job("playing"))
+    playing(sched, "playing", buffered_s=GUARD_S / 2)  # about to run dry
+    assert sched.pick(express=True) is None  # a playing stream is the compute threads' work
+    clock.now += 0.01
+    sched.add(job("fresh"))
+    assert sched.pick(express=True) is sched.streams["fresh"]
+
+
+def test_while_an_express_thread_idles_compute_threads_leave_newcomers_to_it(
+    synth: Synthesizer,
+) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock)
+    sched.add(job("playing"))
+    playing(sched, "playing", buffered_s=1.0)
+    clock.now += 0.01
+    sched.add(job("fresh"))
+    assert sched.pick() is sched.streams["fresh"]  # no express thread: fresh first, as before
+    sched._express_idle = 1
+    assert sched.pick() is sched.streams["playing"]
+    sched.streams["playing"].running = True
+    assert sched.pick() is sched.streams["fresh"]  # nothing else to do: take it anyway
+
+
+def test_while_an_express_thread_idles_steps_need_not_leave_room_for_a_newcomer(
+    synth: Synthesizer,
+) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock, threads=1, per_thread=100.0)
+    sched.add(job("a"))
+    sched.add(job("b"))
+    playing(sched, "a", buffered_s=5.0)
+    playing(sched, "b", buffered_s=5.0)
+    with_newcomer = sched.budget(sched.streams["a"])
+    sched._express_idle = 1
+    without = sched.budget(sched.streams["a"])
+    assert with_newcomer is not None and (without is None or without > with_newcomer)
+
+
+def test_with_an_express_thread_a_newcomer_starts_while_a_step_holds_the_compute_thread(
+    synth: Synthesizer,
+) -> None:
+    """One compute thread and one express thread; a long stream's step holds one of them (the
+    express thread may have taken it, as it was fresh too): the newcomer's first chunk still
+    comes from the other, exact, and the held stream resumes after. Without the express thread
+    the newcomer would wait for the step."""
+    sched = DeadlineScheduler(synth, threads=1, per_thread=10.0, express=1)
+    inside, release = threading.Event(), threading.Event()
+    run_call = synth.run_call
+
+    class HeldSynth(Synthesizer):
+        """The real engines, but the first engine call of this synthesizer blocks until the
+        test releases it (a step that is still running when the newcomer arrives)."""
+
+        def run_call(self, call: FrameCall) -> np.ndarray:  # type: ignore[override]
+            if not inside.is_set():
+                inside.set()
+                assert release.wait(60)
+            return run_call(call)
+
+    held = HeldSynth.__new__(HeldSynth)
+    held.__dict__.update(synth.__dict__)
+    out: dict[str, list[FromWorker]] = {"long": [], "new": []}
+    first_new = threading.Event()
+    done = threading.Semaphore(0)
+
+    def send(msg: FromWorker) -> None:
+        out[msg.uid].append(msg)
+        if msg.uid == "new" and isinstance(msg, AudioChunkMsg):
+            first_new.set()
+        if isinstance(msg, StreamDone | StreamError):
+            done.release()
+
+    sched.start(send)
+    try:
+        sched.add(job("long"), held)
+        assert inside.wait(60)  # the compute thread is inside the long stream's step
+        sched.add(job("new", "Reply STOP to stop."))
+        assert first_new.wait(60), "the newcomer waited for the busy compute thread"
+        assert not out["long"]  # the long stream's step really is still running
+        release.set()
+        assert done.acquire(timeout=120) and done.acquire(timeout=120)
+    finally:
+        release.set()
+        sched.close()
+    params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
+    for uid, text in (("long", TEXT), ("new", "Reply STOP to stop.")):
+        assert isinstance(out[uid][-1], StreamDone)
+        pcm = b"".join(m.pcm for m in out[uid] if isinstance(m, AudioChunkMsg))
+        got = np.frombuffer(pcm, dtype="<i2").astype(np.int32)
+        whole = synth.synthesize(text, params).astype(np.int32)
+        assert len(got) == len(whole) and np.max(np.abs(got - whole)) <= 33
