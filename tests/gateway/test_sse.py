@@ -47,12 +47,6 @@ def sse_events(lines: Iterator[str]) -> list[dict[str, object]]:
     return events
 
 
-def completions(srv: Server) -> list[dict[str, object]]:
-    """The server's request completion log lines."""
-    lines = [json.loads(line) for line in srv.log_lines() if line.startswith("{")]
-    return [e for e in lines if e["event"] == "request"]
-
-
 def speech(**body: object) -> dict[str, object]:
     return {"model": "gpt-4o-mini-tts", "voice": "alloy", "input": TEXT, **body}
 
@@ -204,7 +198,7 @@ def test_a_stream_that_fails_midway_ends_with_an_error_event_and_is_cut(
         assert isinstance(error, dict)
         assert error["type"] == "worker_died" and error["code"] == "worker_died"
         assert error["message"]
-        found = wait_until(srv, lambda: completions(srv), lambda lines: len(lines) == 1,
+        found = wait_until(srv, srv.completions, lambda lines: len(lines) == 1,
                            "its completion line")  # fmt: skip
         assert (found[0]["status"], found[0]["code"]) == ("worker_died", 503)
     finally:

@@ -220,9 +220,13 @@ _HTTP_MESSAGES = {
 
 
 def _labels(request: Request) -> dict[str, object]:
-    """The request's key name and format, for its log line (set as the request is checked)."""
-    return {"key": getattr(request.state, "key_name", None),
-            "format": getattr(request.state, "format", None)}  # fmt: skip
+    """The request's key name and format (and on /v1 its stream format), for its log line (set
+    as the request is checked)."""
+    labels = {"key": getattr(request.state, "key_name", None),
+              "format": getattr(request.state, "format", None)}  # fmt: skip
+    if (framing := getattr(request.state, "stream_format", None)) is not None:
+        labels["stream_format"] = framing
+    return labels
 
 
 
@@ -546,6 +550,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
     @app.post("/v1/audio/speech", dependencies=guarded)
     async def speech(body: SpeechRequest, request: Request) -> Response:
         request.state.format = body.response_format
+        request.state.stream_format = body.stream_format
         if body.model not in OPENAI_MODELS:
             raise UnknownModel(f"unknown model {body.model!r}: GET /v1/models lists them",
                                field="model")  # fmt: skip
