@@ -90,10 +90,13 @@ class Server:
                 return
         raise AssertionError("requests stayed in flight")
 
+    def events(self) -> list[dict[str, object]]:
+        """The JSON log lines so far (gateway and workers)."""
+        return [json.loads(line) for line in self.log_lines() if line.startswith("{")]
+
     def completions(self) -> list[dict[str, object]]:
         """The requests' completion log lines so far (one per synthesis request)."""
-        events = [json.loads(line) for line in self.log_lines() if line.startswith("{")]
-        return [e for e in events if e.get("event") == "request"]
+        return [e for e in self.events() if e.get("event") == "request"]
 
     def worker_pids(self) -> list[int]:
         """Spawned worker processes (not multiprocessing's resource tracker)."""
