@@ -9,7 +9,7 @@ Skipped, saying so, where the extra is not installed.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
+import importlib.metadata
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +28,16 @@ SLACK = 0.2
 """The voice draws its durations with noise (these clients have no knob for it): within 20 %."""
 
 
-def need(module: str) -> None:
-    if importlib.util.find_spec(module.split(".", maxsplit=1)[0]) is None:
-        pytest.skip(f"{module} is not installed: pip install -e '.[clients]'")
+def needs(distribution: str) -> pytest.MarkDecorator:
+    """Skip (before any server starts, importing nothing) where ``distribution`` is not
+    installed."""
+    try:
+        importlib.metadata.distribution(distribution)
+        missing = False
+    except importlib.metadata.PackageNotFoundError:
+        missing = True
+    return pytest.mark.skipif(missing, reason=f"{distribution} is not installed: pip install -e "
+                                              "'.[clients]'")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +55,7 @@ def check_audio(pcm: npt.NDArray[np.int16], rate: int, reference_s: float) -> No
                                                                        reference_s)  # fmt: skip
 
 
+@needs("livekit-plugins-openai")
 @pytest.mark.parametrize(
     ("model", "response_format", "stream_format"),
     [
@@ -60,7 +68,6 @@ def test_livekit_openai_tts(
     server: Server, reference_s: float, model: str, response_format: str | None,
     stream_format: str,
 ) -> None:  # fmt: skip
-    need("livekit.plugins.openai")
     from livekit.plugins import openai as livekit_openai  # noqa: PLC0415
 
     async def synthesize() -> tuple[list[bytes], set[int]]:
@@ -86,8 +93,8 @@ def test_livekit_openai_tts(
     assert line["format"] == (response_format or "mp3")
 
 
+@needs("pipecat-ai")
 def test_pipecat_openai_tts_service(server: Server, reference_s: float) -> None:
-    need("pipecat")
     from pipecat.frames.frames import TTSAudioRawFrame, TTSSpeakFrame  # noqa: PLC0415
     from pipecat.pipeline.worker import PipelineParams  # noqa: PLC0415
     from pipecat.services.openai.tts import OpenAITTSService  # noqa: PLC0415
@@ -104,13 +111,13 @@ def test_pipecat_openai_tts_service(server: Server, reference_s: float) -> None:
     assert (line["status"], line["format"], line["stream_format"]) == ("ok", "pcm", "audio")
 
 
+@needs("pipecat-ai")
 @pytest.mark.parametrize("rate", [22050, 16000])
 def test_pipecat_piper_http_tts_service(server: Server, reference_s: float, rate: int) -> None:
     """Piper's HTTP client POSTs ``{"text", "voice"}`` to the URL it is given and cuts the first
     44 bytes of the answer as the WAV header, reading the sample rate from it. At the voice's own
     rate nothing is resampled, so the client must play exactly the samples the worker sent: a
     header of another length would add (or eat) samples."""
-    need("pipecat")
     import aiohttp  # noqa: PLC0415
     from pipecat.frames.frames import TTSAudioRawFrame, TTSSpeakFrame  # noqa: PLC0415
     from pipecat.pipeline.worker import PipelineParams  # noqa: PLC0415
