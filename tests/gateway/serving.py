@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -88,6 +89,14 @@ class Server:
             if self.client.get("/health").json().get("inflight") == 0:
                 return
         raise AssertionError("requests stayed in flight")
+
+    def events(self) -> list[dict[str, object]]:
+        """The JSON log lines so far (gateway and workers)."""
+        return [json.loads(line) for line in self.log_lines() if line.startswith("{")]
+
+    def completions(self) -> list[dict[str, object]]:
+        """The requests' completion log lines so far (one per synthesis request)."""
+        return [e for e in self.events() if e.get("event") == "request"]
 
     def worker_pids(self) -> list[int]:
         """Spawned worker processes (not multiprocessing's resource tracker)."""

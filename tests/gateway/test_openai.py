@@ -136,7 +136,7 @@ def test_models_are_listed(client: openai.OpenAI) -> None:
         ({"input": "a" * 4097}, openai.UnprocessableEntityError, "input", "invalid_parameter"),
         ({"speed": 4.5}, openai.UnprocessableEntityError, "speed", "invalid_parameter"),
         ({"speed": 0.2}, openai.UnprocessableEntityError, "speed", "invalid_parameter"),
-        ({"stream_format": "sse"}, openai.UnprocessableEntityError, "stream_format",
+        ({"stream_format": "chunks"}, openai.UnprocessableEntityError, "stream_format",
          "invalid_parameter"),
         ({"input": "   "}, openai.UnprocessableEntityError, "input", "empty_text"),
         ({"response_format": "flac", "extra_body": {"stream": True}},

@@ -71,6 +71,7 @@ from ttsvc.gateway.openai_compat import (
     openai_error,
 )
 from ttsvc.gateway.ratelimit import KeyRateLimiter, Quota, Ticket
+from ttsvc.gateway.sse import AudioBody, SpeechEventBody
 from ttsvc.observability.logs import get_logger
 from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.pool.supervisor import Mailbox, WorkerPool, WorkerSpec
@@ -178,6 +179,14 @@ class GatewayState:
             return 22050
         return load_manifest_json(swapper.current.manifest).sample_rate
 
+    def frames_per_s(self, voice: str) -> float:
+        """Acoustic frames ``voice`` generates per second of audio (its rate over its hop)."""
+        swapper = self.catalog.get(voice) if self.catalog is not None else None
+        if swapper is None or swapper.current is None:
+            return 22050 / 256
+        manifest = load_manifest_json(swapper.current.manifest)
+        return manifest.sample_rate / manifest.hop_length
+
     def resolve_voice(self, name: str | None) -> str:
         """The served voice a request's ``voice`` names (OpenAI's names and aliases included):
         a voice with no verified engine yet is a 503 ``engine_unavailable``, as the whole
@@ -211,9 +220,13 @@ _HTTP_MESSAGES = {
 
 
 def _labels(request: Request) -> dict[str, object]:
-    """The request's key name and format, for its log line (set as the request is checked)."""
-    return {"key": getattr(request.state, "key_name", None),
-            "format": getattr(request.state, "format", None)}  # fmt: skip
+    """The request's key name and format (and on /v1 its stream format), for its log line (set
+    as the request is checked)."""
+    labels = {"key": getattr(request.state, "key_name", None),
+              "format": getattr(request.state, "format", None)}  # fmt: skip
+    if (framing := getattr(request.state, "stream_format", None)) is not None:
+        labels["stream_format"] = framing
+    return labels
 
 
 
@@ -537,6 +550,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
     @app.post("/v1/audio/speech", dependencies=guarded)
     async def speech(body: SpeechRequest, request: Request) -> Response:
         request.state.format = body.response_format
+        request.state.stream_format = body.stream_format
         if body.model not in OPENAI_MODELS:
             raise UnknownModel(f"unknown model {body.model!r}: GET /v1/models lists them",
                                field="model")  # fmt: skip
@@ -547,6 +561,9 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         fmt = FORMATS[body.response_format]
         order = SpeechOrder(body.input, body.speed, None, None, 0.2, OPENAI_RATE, fmt,
                             _streamed(fmt, body.stream), "openai", voice)  # fmt: skip
+        if body.stream_format == "sse":
+            events = SpeechEventBody(len(body.input), state.frames_per_s(voice))
+            return await _synthesize(state, order, request, events)
         return await _synthesize(state, order, request)
 
     @app.get("/v1/models", dependencies=guarded)
@@ -962,8 +979,12 @@ class ExchangeStreamingResponse(StreamingResponse):
             self.exchange.release_encoder()
 
 
-async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request) -> Response:
-    """The one path of both APIs: admit, dispatch, then stream (or gather) the encoded audio."""
+async def _synthesize(
+    state: GatewayState, order: SpeechOrder, request: Request, framing: AudioBody | None = None
+) -> Response:
+    """The one path of both APIs: admit, dispatch, then stream (or gather) the encoded audio,
+    framed by ``framing`` (the audio as it is, or OpenAI's speech events)."""
+    body = framing or AudioBody()
     settings = state.settings
     if state.draining:
         raise Draining("the server is shutting down")
@@ -1027,7 +1048,7 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
         "X-Accel-Buffering": "no",
         "Cache-Control": "no-store",
     }
-    media = order.format.media_type(rate)
+    media = body.media_type or order.format.media_type(rate)
     exchange.rate = rate
     exchange.received(first)
 
@@ -1044,17 +1065,20 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
             exchange.release_encoder()
         if exchange.failure is not None:  # nothing was sent yet: answer with the error
             raise WorkerReportedError(exchange.failure)
+        data = body.audio(data, None) + body.end(exchange.audio_s)
         return Response(data, media_type=media, headers=headers)
 
     async def body_iter() -> AsyncIterator[bytes]:
-        if data := await _encode(encoder, first.pcm):
+        if data := body.audio(await _encode(encoder, first.pcm), first):
             yield data
         async for msg in exchange.rest():
             exchange.received(msg)
-            if data := await _encode(encoder, msg.pcm):
+            if data := body.audio(await _encode(encoder, msg.pcm), msg):
                 yield data
         if exchange.failure is None:  # a stream that failed must not look finished: no tail
-            if data := await _encode(encoder, None):
+            if data := body.audio(await _encode(encoder, None), None) + body.end(exchange.audio_s):
                 yield data
+        elif data := body.failed(exchange.failure):
+            yield data  # before the cut (StreamAbort): why the stream ends
 
     return ExchangeStreamingResponse(exchange, body_iter(), media, headers)

@@ -40,8 +40,10 @@ class SpeechRequest(BaseModel):
     speed: float = Field(1.0, ge=0.25, le=4.0)
     instructions: str | None = None
     """Style prompts of OpenAI's newer models; this voice has no style control: ignored."""
-    stream_format: Literal["audio"] = "audio"
-    """OpenAI's ``sse`` (base64 audio events) is not offered: refused with a 422."""
+    stream_format: Literal["audio", "sse"] = "audio"
+    """``audio``: the encoded audio as the body; ``sse``: the same audio as OpenAI's speech
+    events (``ttsvc.gateway.sse``), for every model name (OpenAI offers them only for its newer
+    models; here one engine serves them all)."""
     stream: bool | None = None
     """Ours: ``false`` sends one file with exact sizes; unset streams as OpenAI does, except
     flac, which is sent whole (its header must hold the sample count for readers)."""
