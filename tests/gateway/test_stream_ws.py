@@ -294,11 +294,11 @@ def test_a_client_that_leaves_mid_stream_cancels_its_sentences_in_the_worker(
     # at most the sentence streaming and the next were dispatched; the other four never were
     assert 1 <= len(lines) <= 2, lines
     assert {(e["code"], e["status"]) for e in lines} == {(499, "cancelled")}
-    # the worker stopped them: neither ran to its end, and nothing is left on it
-    uids = {e["uid"] for e in lines}
-    assert not [e for e in events(srv, "stream_done") if e.get("uid") in uids]
+    # the worker stopped them: once it has ended every stream, neither had run to its end
     wait_until(srv, lambda: metric(srv, "ttsvc_streams_in_flight", worker="0"),
                lambda streams: streams == 0, "no stream left on the worker")  # fmt: skip
+    uids = {e["uid"] for e in lines}
+    assert not [e for e in events(srv, "stream_done") if e.get("uid") in uids]
     assert metric(srv, "ttsvc_cancellations_total") == cancelled_before + len(lines)
 
 
