@@ -274,6 +274,11 @@ def test_bad_messages_get_an_error_naming_the_field_and_the_session_goes_on(
     assert set(audio_of(messages)) == {1}
     assert messages[-1]["type"] == "done"
     assert server.worker_pids() == workers  # no worker crashed or was replaced
+    # a message over the body cap is refused by the WebSocket layer, as a body is by HTTP's
+    with open_ws(server, keys[1]["alice"]) as ws:
+        send(ws, "append", text="x" * 70_000)
+        assert read_to_close(ws) == []
+        assert ws.close_code == 1009
 
 
 def test_a_client_that_leaves_mid_stream_cancels_its_sentences_in_the_worker(

@@ -216,6 +216,10 @@ class StreamSession:
         self.spoken_s = 0.0
         self.ended = False
         self.items: asyncio.Queue[_Sentence | _Mark] = asyncio.Queue()
+        self.backlog = 0
+        """Characters of sentences cut and not yet dispatched."""
+        self.room = asyncio.Event()
+        """Set when the dispatcher takes a sentence (the backlog shrank)."""
         self.out: asyncio.Queue[_Started | _Refused | _Mark] = asyncio.Queue()
         self.slots = asyncio.Semaphore(LOOKAHEAD)
         self.live: set[SynthesisExchange] = set()
@@ -261,10 +265,23 @@ class StreamSession:
                     item.exchange.release_encoder()
 
     async def _read(self) -> None:
+        try:
+            await self._read_messages()
+        except WebSocketDisconnect:  # an error message could not be sent: the client left
+            pass
+        self.gone.set()
+
+    async def _read_messages(self) -> None:
+        """Read until the client leaves."""
+        limit = self.state.settings.max_text_chars
         while True:
+            # text far ahead of the audio is not read: the server reads no more from the socket
+            # until the client's text fits a request's cap again (TCP pushes back on the client)
+            while self.backlog > limit:
+                self.room.clear()
+                await self.room.wait()
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
-                self.gone.set()
                 return
             raw = message.get("text")
             if raw is None:
@@ -318,6 +335,7 @@ class StreamSession:
         now = time.perf_counter()
         for text in sentences:
             self.items.put_nowait(_Sentence(self.sentences, text, self.turn_start, now))
+            self.backlog += len(text)
             self.sentences += 1
             self.turn_start = False
 
@@ -328,6 +346,8 @@ class StreamSession:
                 self.out.put_nowait(item)
                 continue
             await self.slots.acquire()
+            self.backlog -= len(item.text)
+            self.room.set()
             started = await self._start(item)
             self.out.put_nowait(started)
             if isinstance(started, _Refused) and started.error.type in FATAL:
