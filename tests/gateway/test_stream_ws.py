@@ -196,7 +196,7 @@ def test_flush_speaks_a_partial_sentence_and_the_session_goes_on(
     assert spoken[2][0] == silence  # the next one of the same turn after the pause
 
 
-def test_keys_are_required_and_read_from_a_header_or_a_subprotocol(
+def test_keys_are_required_from_a_header_or_a_subprotocol_and_origins_checked(
     server: Server, keys: tuple[Path, dict[str, str]]
 ) -> None:
     refused_before = metric(server, "ttsvc_requests_total", code="401", outcome="unauthorized")
@@ -216,6 +216,18 @@ def test_keys_are_required_and_read_from_a_header_or_a_subprotocol(
         with open_ws(server, keys[1]["alice"], via=via) as ws:
             send(ws, "start")
             assert read_until(ws, "started")
+    # CORS does not cover WebSockets: a page of another origin is refused as CORS would refuse
+    # it a reading of the HTTP API (none is allowed here), a page of this origin is not
+    key = keys[1]["alice"]
+    with pytest.raises(InvalidStatus) as foreign:
+        connect(url(server), origin="https://elsewhere.example",  # type: ignore[arg-type]
+                additional_headers=bearer(key), open_timeout=30)  # fmt: skip
+    assert foreign.value.response.status_code == 403
+    assert json.loads(foreign.value.response.body or b"")["type"] == "origin_not_allowed"
+    with connect(url(server), origin=server.url, additional_headers=bearer(key),  # type: ignore[arg-type]
+                 open_timeout=30) as ws:  # fmt: skip
+        send(ws, "start")
+        assert read_until(ws, "started")
 
 
 def test_quotas_apply_per_sentence_as_to_http_requests(

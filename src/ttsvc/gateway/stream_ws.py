@@ -42,6 +42,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, WebSocket
 from fastapi.responses import JSONResponse
@@ -54,6 +55,7 @@ from ttsvc.errors import (
     Draining,
     InvalidParameter,
     KeyStreamsExceeded,
+    OriginNotAllowed,
     TextTooLong,
     TTSError,
     Unauthorized,
@@ -175,6 +177,8 @@ class _Mark:
     """A flush or the end, kept in its place among the sentences."""
 
     kind: Literal["flushed", "done"]
+    sentences: int
+    """Sentences cut before it."""
 
 
 @dataclass(frozen=True)
@@ -313,9 +317,9 @@ class StreamSession:
         self._queue(self.buffer.flush())
         if isinstance(msg, EndMessage):
             self.ended = True
-            self.items.put_nowait(_Mark("done"))
+            self.items.put_nowait(_Mark("done", self.sentences))
         else:
-            self.items.put_nowait(_Mark("flushed"))
+            self.items.put_nowait(_Mark("flushed", self.sentences))
             self.turn_start = True
 
     async def _configure(self, msg: StartMessage) -> None:
@@ -385,7 +389,7 @@ class StreamSession:
             while True:
                 item = await self.out.get()
                 if isinstance(item, _Mark):
-                    await self._emit({"type": item.kind, "sentences": self.sentences,
+                    await self._emit({"type": item.kind, "sentences": item.sentences,
                                       "offset": self.offset,
                                       **({"audio_s": round(self.spoken_s, 3)}
                                          if item.kind == "done" else {})})  # fmt: skip
@@ -468,6 +472,15 @@ def chunk_words(chunk: AudioChunkMsg, chunk_start_s: float) -> list[dict[str, An
     return out
 
 
+def _origin_allowed(origin: str, host: str | None, allowed: list[str]) -> bool:
+    """Whether a browser page of ``origin`` may open a session: one served by this host (the
+    try-it page), or one that CORS lets read the HTTP API. A client that is not a browser sends
+    no ``Origin`` and is not asked."""
+    if "*" in allowed or origin in allowed:
+        return True
+    return host is not None and urlsplit(origin).netloc.lower() == host.lower()
+
+
 def install(app: FastAPI, state: GatewayState, speaker_of: SpeakerOf) -> None:
     """Add the route to ``app`` (``speaker_of``: the app's speaker resolution)."""
 
@@ -477,13 +490,18 @@ def install(app: FastAPI, state: GatewayState, speaker_of: SpeakerOf) -> None:
         try:
             if state.draining:
                 raise Draining("the server is shutting down")
+            origin = ws.headers.get("origin")
+            if origin is not None and not _origin_allowed(origin, ws.headers.get("host"),
+                                                          state.settings.cors_origins):
+                raise OriginNotAllowed(f"origin {origin[:200]!r} may not open this WebSocket: "
+                                       "--cors-origin names the origins that may")  # fmt: skip
             if state.keys is not None:
                 token = next((p[len(BEARER):] for p in offered if p.startswith(BEARER)), None)
                 header = ws.headers.get("authorization")
                 key = state.keys.authenticate(header or (f"Bearer {token}" if token else None))
                 ws.state.key = key
                 ws.state.key_name = key.name
-        except (Draining, Unauthorized) as exc:
+        except (Draining, OriginNotAllowed, Unauthorized) as exc:
             record_refusal(state, ws, exc.to_body(), exc.status, started, None)
             reply = JSONResponse(exc.to_body(), status_code=exc.status, headers=exc.headers())
             try:
