@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import json
 import logging
 import shutil
@@ -756,7 +757,10 @@ class SynthesisExchange:
     ) -> None:
         self.state = state
         self.request = request
-        self.gone = gone or (lambda: _client_gone(request))
+        if gone is None:
+            assert isinstance(request, Request), "a WebSocket's session says when it is gone"
+            gone = functools.partial(_client_gone, request)
+        self.gone = gone
         """Returns once the client has left (an HTTP request's disconnect by default)."""
         self.buffered = False
         """A ``stream: false`` request: nothing is sent before the end, so a failure is its code."""
@@ -941,14 +945,14 @@ class SynthesisExchange:
         self.request.state.recorded = True
 
 
-async def _client_gone(request: HTTPConnection) -> None:
+async def _client_gone(request: Request) -> None:
     """Return once the client has closed its connection.
 
     The body was read before the handler ran, so the next ASGI message is the disconnect; the
     server delivers it as soon as the socket closes. A receive that fails means the same.
     """
     with contextlib.suppress(Exception):
-        while (await request.receive())["type"] != "http.disconnect":  # type: ignore[attr-defined]
+        while (await request.receive())["type"] != "http.disconnect":
             pass
 
 
@@ -984,50 +988,6 @@ class ExchangeStreamingResponse(StreamingResponse):
         finally:
             self.exchange.finish("cancelled", cancel=True)  # no-op after a normal end
             self.exchange.release_encoder()
-
-
-async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request) -> Response:
-    """The one path of both APIs: admit, dispatch, then stream (or gather) the encoded audio."""
-    exchange, first = await start_exchange(state, order, request)
-    encoder = exchange.encoder
-    assert encoder is not None
-    rate = exchange.rate
-    headers = {
-        "X-Request-Id": exchange.job.uid,
-        "X-Engine-Version": str(first.engine_version),
-        "X-Sample-Rate": str(rate),
-        "X-Accel-Buffering": "no",
-        "Cache-Control": "no-store",
-    }
-    media = order.format.media_type(rate)
-
-    if not order.stream:
-        try:
-            await _encode(encoder, first.pcm)
-            async for msg in exchange.rest():
-                exchange.received(msg)
-                await _encode(encoder, msg.pcm)
-            if exchange.failure is None:
-                data = await _encode(encoder, None)
-        finally:
-            exchange.finish("cancelled", cancel=True)  # no-op after a normal end
-            exchange.release_encoder()
-        if exchange.failure is not None:  # nothing was sent yet: answer with the error
-            raise WorkerReportedError(exchange.failure)
-        return Response(data, media_type=media, headers=headers)
-
-    async def body_iter() -> AsyncIterator[bytes]:
-        if data := await _encode(encoder, first.pcm):
-            yield data
-        async for msg in exchange.rest():
-            exchange.received(msg)
-            if data := await _encode(encoder, msg.pcm):
-                yield data
-        if exchange.failure is None:  # a stream that failed must not look finished: no tail
-            if data := await _encode(encoder, None):
-                yield data
-
-    return ExchangeStreamingResponse(exchange, body_iter(), media, headers)
 
 
 async def start_exchange(
@@ -1101,3 +1061,47 @@ async def start_exchange(
     exchange.rate = rate
     exchange.received(first)
     return exchange, first
+
+
+async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request) -> Response:
+    """The one path of both APIs: admit, dispatch, then stream (or gather) the encoded audio."""
+    exchange, first = await start_exchange(state, order, request)
+    encoder = exchange.encoder
+    assert encoder is not None
+    rate = exchange.rate
+    headers = {
+        "X-Request-Id": exchange.job.uid,
+        "X-Engine-Version": str(first.engine_version),
+        "X-Sample-Rate": str(rate),
+        "X-Accel-Buffering": "no",
+        "Cache-Control": "no-store",
+    }
+    media = order.format.media_type(rate)
+
+    if not order.stream:
+        try:
+            await _encode(encoder, first.pcm)
+            async for msg in exchange.rest():
+                exchange.received(msg)
+                await _encode(encoder, msg.pcm)
+            if exchange.failure is None:
+                data = await _encode(encoder, None)
+        finally:
+            exchange.finish("cancelled", cancel=True)  # no-op after a normal end
+            exchange.release_encoder()
+        if exchange.failure is not None:  # nothing was sent yet: answer with the error
+            raise WorkerReportedError(exchange.failure)
+        return Response(data, media_type=media, headers=headers)
+
+    async def body_iter() -> AsyncIterator[bytes]:
+        if data := await _encode(encoder, first.pcm):
+            yield data
+        async for msg in exchange.rest():
+            exchange.received(msg)
+            if data := await _encode(encoder, msg.pcm):
+                yield data
+        if exchange.failure is None:  # a stream that failed must not look finished: no tail
+            if data := await _encode(encoder, None):
+                yield data
+
+    return ExchangeStreamingResponse(exchange, body_iter(), media, headers)
