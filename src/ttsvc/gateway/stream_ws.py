@@ -16,7 +16,8 @@ server → client
     ``{"type": "started", "session", "sample_rate", "encoding": "pcm_s16le", "voice"}``;
     ``{"type": "audio", "sentence", "offset", "audio"}``: base64 PCM16 mono, ``offset`` its first
     sample's index from the session's start (at ``sample_rate``), with ``"words"`` where the
-    worker's chunk carries word timestamps; ``{"type": "flushed", "sentences", "offset"}`` once
+    worker's chunk carries word timestamps (``chunk_words``); ``{"type": "flushed", "sentences",
+    "offset"}`` once
     everything before a flush was sent; ``{"type": "done", "sentences", "offset", "audio_s"}``
     after ``end``, then close 1000; ``{"type": "error", "error", "code", "status", "field"?,
     "sentence"?}``.
@@ -166,6 +167,8 @@ def error_message(exc: TTSError, sentence: int | None = None) -> dict[str, objec
 class _Sentence:
     index: int
     text: str
+    at: int
+    """Where it starts in the session's text (all its appends, joined)."""
     after_flush: bool
     """First of its turn (the session's first, or the first after a flush): no silence before."""
     complete_at: float
@@ -215,6 +218,10 @@ class StreamSession:
         self.sentences = 0
         """Sentences cut so far (the next one's index)."""
         self.turn_start = True
+        self.unplaced = ""
+        """The session's text after the last sentence cut (the sentences are found in it)."""
+        self.unplaced_at = 0
+        """Where ``unplaced`` starts in the session's text."""
         self.offset = 0
         """Samples sent so far."""
         self.spoken_s = 0.0
@@ -312,6 +319,7 @@ class StreamSession:
             limit = self.state.settings.max_text_chars
             if len(msg.text) > limit:
                 raise TextTooLong(f"text is over {limit} characters", field="text")
+            self.unplaced += msg.text
             self._queue(self.buffer.append(msg.text))
             return
         self._queue(self.buffer.flush())
@@ -338,7 +346,12 @@ class StreamSession:
     def _queue(self, sentences: list[str]) -> None:
         now = time.perf_counter()
         for text in sentences:
-            self.items.put_nowait(_Sentence(self.sentences, text, self.turn_start, now))
+            # a sentence is a stripped piece of the text, in order: it is found from the last
+            found = max(self.unplaced.find(text), 0)
+            at = self.unplaced_at + found
+            self.unplaced = self.unplaced[found + len(text):]
+            self.unplaced_at = at + len(text)
+            self.items.put_nowait(_Sentence(self.sentences, text, at, self.turn_start, now))
             self.backlog += len(text)
             self.sentences += 1
             self.turn_start = False
@@ -416,11 +429,12 @@ class StreamSession:
         exchange, sentence = item.exchange, item.sentence
         try:
             if not sentence.after_flush and self.silence:
-                await self._audio(sentence.index, self.silence, None)
-            await self._audio(sentence.index, item.first.pcm, item.first)
+                await self._audio(sentence, self.silence, None, 0)
+            start = self.offset
+            await self._audio(sentence, item.first.pcm, item.first, start)
             async for msg in exchange.rest():
                 exchange.received(msg)
-                await self._audio(sentence.index, msg.pcm, msg)
+                await self._audio(sentence, msg.pcm, msg, start)
         finally:
             exchange.finish("cancelled", cancel=True)  # no-op after a normal end
             exchange.release_encoder()
@@ -432,12 +446,13 @@ class StreamSession:
 
     # --- sending ---
 
-    async def _audio(self, sentence: int, pcm: bytes, chunk: AudioChunkMsg | None) -> None:
-        message: dict[str, object] = {"type": "audio", "sentence": sentence,
+    async def _audio(self, sentence: _Sentence, pcm: bytes, chunk: AudioChunkMsg | None,
+                     start: int) -> None:  # fmt: skip
+        """Send one chunk of ``sentence``, whose own audio began at sample ``start``."""
+        message: dict[str, object] = {"type": "audio", "sentence": sentence.index,
                                       "offset": self.offset,
                                       "audio": base64.b64encode(pcm).decode("ascii")}  # fmt: skip
-        words = chunk_words(chunk, self.offset / self.rate) if chunk is not None else None
-        if words is not None:
+        if chunk is not None and (words := chunk_words(chunk, start / self.rate, sentence.at)):
             message["words"] = words
         self.offset += len(pcm) // 2
         await self._emit(message)
@@ -453,21 +468,22 @@ class StreamSession:
                 await self.ws.close(code)
 
 
-def chunk_words(chunk: AudioChunkMsg, chunk_start_s: float) -> list[dict[str, Any]] | None:
-    """The word timestamps a worker's chunk carries, on the session's timeline: ``None`` when
-    the chunk has none. A word's ``start``/``end`` are seconds from its chunk's first sample in
-    the worker's message (``offset`` places the chunk in its sentence), and are moved here to
-    seconds from the session's first sample."""
-    words = getattr(chunk, "words", None)
-    if not words:
-        return None
+def chunk_words(chunk: AudioChunkMsg, start_s: float, at: int) -> list[dict[str, Any]]:
+    """The word timestamps a worker's chunk carries (none without them), moved from its
+    sentence's own timeline and text to the session's: a word's ``start`` and ``end`` are
+    seconds from its stream's first sample, so ``start_s`` (where the sentence's audio began in
+    the session) is added, and its ``text_span`` indexes the sentence's text, so ``at`` (where
+    the sentence began in the session's text) is added."""
     out: list[dict[str, Any]] = []
-    for word in words:
+    for word in getattr(chunk, "words", ()):
         is_record = dataclasses.is_dataclass(word) and not isinstance(word, type)
         entry = dict(dataclasses.asdict(word) if is_record else word)
         for edge in ("start", "end"):
             if isinstance(entry.get(edge), (int, float)):
-                entry[edge] = round(entry[edge] + chunk_start_s, 4)
+                entry[edge] = round(entry[edge] + start_s, 6)
+        span = entry.get("text_span")
+        if isinstance(span, (list, tuple)) and len(span) == 2:
+            entry["text_span"] = [span[0] + at, span[1] + at]
         out.append(entry)
     return out
 
