@@ -16,11 +16,10 @@ server → client
     ``{"type": "started", "session", "sample_rate", "encoding": "pcm_s16le", "voice"}``;
     ``{"type": "audio", "sentence", "offset", "audio"}``: base64 PCM16 mono, ``offset`` its first
     sample's index from the session's start (at ``sample_rate``), with ``"words"`` where the
-    worker's chunk carries word timestamps (``chunk_words``); ``{"type": "flushed", "sentences",
-    "offset"}`` once
-    everything before a flush was sent; ``{"type": "done", "sentences", "offset", "audio_s"}``
-    after ``end``, then close 1000; ``{"type": "error", "error", "code", "status", "field"?,
-    "sentence"?}``.
+    worker's chunk carries word timestamps (``chunk_words``); ``{"type": "flushed",
+    "sentences", "offset"}`` once everything before a flush was sent; ``{"type": "done",
+    "sentences", "offset", "audio_s"}`` after ``end``, then close 1000; ``{"type": "error",
+    "error", "code", "status", "field"?, "sentence"?}``.
 
 A bad message gets an error naming its field and is otherwise ignored; a sentence that cannot
 be spoken gets an error with its index and the session goes on. A shutdown ends a session with
@@ -28,7 +27,8 @@ an error and close 1012 (service restart), after the audio of sentences already 
 
 Keys: ``Authorization: Bearer`` where the client can set headers; a browser offers the
 subprotocols ``ttsvc`` and ``bearer.<key>`` instead (never a query string: it would land in
-access logs). The server answers ``ttsvc``.
+access logs). The server answers ``ttsvc``. CORS does not cover WebSockets, so a browser page
+of another origin is refused unless ``--cors-origin`` allows it, as it is kept from the HTTP API.
 """
 
 from __future__ import annotations
