@@ -249,3 +249,11 @@ class PortUnavailable(TTSError):
     answer: the message names the port and the flag that moves it)."""
 
     type = "port_unavailable"
+
+
+class OriginNotAllowed(TTSError):
+    """A browser page of another origin opened a WebSocket: CORS does not cover WebSockets, so
+    the gateway applies the same origins to them that CORS lets read its HTTP answers."""
+
+    status = 403
+    type = "origin_not_allowed"

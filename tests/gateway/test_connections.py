@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from websockets.sync.client import connect
 
 from tests.audio.decoding import decode, rms
 from tests.gateway.serving import Server
@@ -213,3 +214,23 @@ def test_a_prompt_client_keeps_its_connection(server: Server) -> None:
         assert b"transfer-encoding: chunked" in reply.lower()
         sock.sendall(LIVE)
         assert read_response(sock).startswith(b"HTTP/1.1 200 OK")
+
+
+def test_a_websocket_outlives_every_deadline(server: Server) -> None:
+    """An upgraded connection is the WebSocket's: a session that says nothing for longer than
+    any deadline (an LLM thinking) is still open, and speaks when its text comes."""
+    url = server.url.replace("http://", "ws://") + "/synthesize/stream"
+    with connect(url, open_timeout=30) as ws:
+        ws.send(json.dumps({"type": "start"}))
+        assert json.loads(ws.recv(timeout=30))["type"] == "started"
+        # connections opened after the session's: by the time the server has closed them all,
+        # every deadline has passed for the session too
+        wait_closed(open_slow(server, "nothing", 1)
+                    + open_slow(server, "half head", 1, first=HALF_HEAD)
+                    + open_slow(server, "silent body", 1, first=BODY_HEAD))  # fmt: skip
+        ws.send(json.dumps({"type": "append", "text": "Still here."}))
+        ws.send(json.dumps({"type": "end"}))
+        kinds = []
+        while kinds[-1:] != ["done"]:
+            kinds.append(json.loads(ws.recv(timeout=60))["type"])
+        assert set(kinds) == {"audio", "done"}

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import json
 import logging
 import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import start_http_server
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ttsvc.audio.encode import FORMATS, Encoder, OutputFormat
@@ -219,7 +221,7 @@ _HTTP_MESSAGES = {
 }
 
 
-def _labels(request: Request) -> dict[str, object]:
+def _labels(request: HTTPConnection) -> dict[str, object]:
     """The request's key name and format (and on /v1 its stream format), for its log line (set
     as the request is checked)."""
     labels = {"key": getattr(request.state, "key_name", None),
@@ -241,27 +243,42 @@ def _error(
     """Answer a synthesis request that produced no audio, and record it once."""
     recorded = getattr(request.state, "recorded", False)  # an exchange already logged it
     if request.url.path in SYNTHESIS_PATHS and not recorded:
-        uid = uuid.uuid4().hex
-        fields: dict[str, object] = {
-            "uid": uid,
-            "worker": None,  # refused before dispatch: no worker, queue, audio or engine
-            "qsize": None,
-            "text_len": getattr(request.state, "text_len", None),
-            "ttfa_ms": None,
-            "latency": round(1000 * (time.perf_counter() - _started(request)), 1),
-            "audio_s": 0.0,
-            "rtf": None,
-            "engine_version": None,
-            "status": body["type"],
-            "error_type": body["type"],
-            **_labels(request),
-        }
-        state.complete(fields, status)
+        uid = record_refusal(state, request, body, status, _started(request),
+                             getattr(request.state, "text_len", None))  # fmt: skip
         request.state.recorded = True  # a later error of the same request (a 400 after a 413)
         headers = {**(headers or {}), "X-Request-Id": uid}
     if request.url.path.startswith("/v1/"):
         return JSONResponse(openai_error(body), status_code=status, headers=headers)
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def record_refusal(
+    state: GatewayState,
+    conn: HTTPConnection,
+    body: dict[str, str],
+    status: int,
+    started: float,
+    text_len: int | None,
+) -> str:
+    """Record a synthesis request refused before it reached a worker: its counters and its one
+    completion line; returns the uid the line carries."""
+    uid = uuid.uuid4().hex
+    fields: dict[str, object] = {
+        "uid": uid,
+        "worker": None,  # refused before dispatch: no worker, queue, audio or engine
+        "qsize": None,
+        "text_len": text_len,
+        "ttfa_ms": None,
+        "latency": round(1000 * (time.perf_counter() - started), 1),
+        "audio_s": 0.0,
+        "rtf": None,
+        "engine_version": None,
+        "status": body["type"],
+        "error_type": body["type"],
+        **_labels(conn),
+    }
+    state.complete(fields, status)
+    return uid
 
 
 def _started(request: Request) -> float:
@@ -566,6 +583,11 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             return await _synthesize(state, order, request, events)
         return await _synthesize(state, order, request)
 
+    # imported here: the route's module builds on this one's shared path
+    from ttsvc.gateway.stream_ws import install as install_stream  # noqa: PLC0415
+
+    install_stream(app, state, speaker)
+
     @app.get("/v1/models", dependencies=guarded)
     async def models() -> dict[str, object]:
         return {"object": "list", "data": [model_card(m) for m in OPENAI_MODELS]}
@@ -743,14 +765,20 @@ class SynthesisExchange:
     def __init__(
         self,
         state: GatewayState,
-        request: Request,
+        request: HTTPConnection,
         pool: WorkerPool,
         wid: int,
         job: SynthesisJob,
         qsize: int,
+        gone: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self.state = state
         self.request = request
+        if gone is None:
+            assert isinstance(request, Request), "a WebSocket's session says when it is gone"
+            gone = functools.partial(_client_gone, request)
+        self.gone = gone
+        """Returns once the client has left (an HTTP request's disconnect by default)."""
         self.buffered = False
         """A ``stream: false`` request: nothing is sent before the end, so a failure is its code."""
         self.pool = pool
@@ -785,7 +813,7 @@ class SynthesisExchange:
         """
         self.box = await self.pool.submit(self.wid, self.job)
         audio = asyncio.ensure_future(self.box.get())
-        gone = asyncio.ensure_future(_client_gone(self.request))
+        gone = asyncio.ensure_future(self.gone())
         try:
             done, _ = await asyncio.wait({audio, gone}, timeout=timeout,
                                          return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
@@ -979,12 +1007,19 @@ class ExchangeStreamingResponse(StreamingResponse):
             self.exchange.release_encoder()
 
 
-async def _synthesize(
-    state: GatewayState, order: SpeechOrder, request: Request, framing: AudioBody | None = None
-) -> Response:
-    """The one path of both APIs: admit, dispatch, then stream (or gather) the encoded audio,
-    framed by ``framing`` (the audio as it is, or OpenAI's speech events)."""
-    body = framing or AudioBody()
+async def start_exchange(
+    state: GatewayState,
+    order: SpeechOrder,
+    request: HTTPConnection,
+    gone: Callable[[], Awaitable[object]] | None = None,
+) -> tuple[SynthesisExchange, AudioChunkMsg]:
+    """Admit ``order`` (drain, text cap, key quota, slots), dispatch it to a worker and wait for
+    its first audio, which is already accounted (``received``); refusals raise their error.
+
+    Every API's synthesis goes through here. The caller owns the exchange from then on: it must
+    end in ``finish`` and ``release_encoder`` (its encoder is made for ``order.format``).
+    ``gone`` returns once the client has left (an HTTP request's disconnect by default).
+    """
     settings = state.settings
     if state.draining:
         raise Draining("the server is shutting down")
@@ -1029,7 +1064,7 @@ async def _synthesize(
                        order.sentence_silence, rate, settings.max_audio_s,
                        None if key is None else key.name, order.voice,
                        order.speaker)  # fmt: skip
-    exchange = SynthesisExchange(state, request, pool, wid, job, qsize)
+    exchange = SynthesisExchange(state, request, pool, wid, job, qsize, gone)
     exchange.buffered = not order.stream
     exchange.ticket = ticket
     exchange.encoder = encoder
@@ -1040,17 +1075,29 @@ async def _synthesize(
         exchange.release_encoder()
         raise
     balancer.observe(wid, first.compute_s * 1000.0)  # worker-side time: see balancer_sim
+    exchange.rate = rate
+    exchange.received(first)
+    return exchange, first
 
+
+async def _synthesize(
+    state: GatewayState, order: SpeechOrder, request: Request, framing: AudioBody | None = None
+) -> Response:
+    """The one path of both HTTP APIs: admit, dispatch, then stream (or gather) the encoded
+    audio, framed by ``framing`` (the audio as it is, or OpenAI's speech events)."""
+    body = framing or AudioBody()
+    exchange, first = await start_exchange(state, order, request)
+    encoder = exchange.encoder
+    assert encoder is not None
+    rate = exchange.rate
     headers = {
-        "X-Request-Id": uid,
+        "X-Request-Id": exchange.job.uid,
         "X-Engine-Version": str(first.engine_version),
         "X-Sample-Rate": str(rate),
         "X-Accel-Buffering": "no",
         "Cache-Control": "no-store",
     }
     media = body.media_type or order.format.media_type(rate)
-    exchange.rate = rate
-    exchange.received(first)
 
     if not order.stream:
         try:

@@ -19,6 +19,7 @@ This protocol bounds every phase in which the server waits on the client:
 
 A response being sent is not bounded here: a stream is as long as its audio, and a client that
 stops reading is the stream's own business (the transport's flow control stops the writer).
+Nor is a connection upgraded to a WebSocket: its session lasts as long as its text does.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ class DeadlineH11Protocol(H11Protocol):
         super().__init__(config, server_state, app_state, _loop)
         self._timer: asyncio.TimerHandle | None = None
         self._phase: str | None = None
+        self._upgraded = False
+        """Handed to the WebSocket protocol: no deadline of this one applies any more."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
@@ -97,12 +100,21 @@ class DeadlineH11Protocol(H11Protocol):
         super().data_received(data)
         self._follow()
 
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        # the transport now belongs to the WebSocket protocol (its own pings find dead peers);
+        # a deadline armed for the upgrade request would close a session in mid-sentence
+        self._upgraded = True
+        self._disarm()
+        super().handle_websocket_upgrade(event)
+
     def on_response_complete(self) -> None:
         super().on_response_complete()  # arms uvicorn's keep-alive timer: the idle deadline
         self._follow()
 
     def _follow(self) -> None:
         """Move the deadline on with the request: head in, body due; body in, nothing due."""
+        if self._upgraded:
+            return
         state = self.conn.their_state
         if state is h11.SEND_BODY:
             if self._phase != "body":

@@ -148,6 +148,10 @@ def serve(settings: Settings, voice: str) -> int:
             deadlines, lambda phase: state.metrics.connection_timeouts.labels(phase).inc()
         ),
         timeout_keep_alive=settings.idle_timeout_s,  # type: ignore[arg-type]  # a float works
+        # WebSockets (/synthesize/stream) on wsproto, named so that another WebSocket library
+        # installed beside it never changes the server; a message is capped like a body
+        ws="wsproto",
+        ws_max_size=settings.max_body_bytes,
         log_config=None,  # logging is ours: uvicorn's records go through the JSON renderer
         access_log=True,
         lifespan="on",

@@ -74,6 +74,9 @@ class ServiceMetrics:
                                      registry=r)  # fmt: skip
         self.characters = Counter("ttsvc_characters", "Characters of text synthesized",
                                   registry=r)  # fmt: skip
+        self.websocket_sessions = Gauge("ttsvc_websocket_sessions",
+                                        "WebSocket sessions of incremental text open now",
+                                        registry=r)  # fmt: skip
         self.streams_in_flight = Gauge("ttsvc_streams_in_flight", "Streams dispatched to a worker",
                                        ["worker"], registry=r)  # fmt: skip
         self.streams_queued = Gauge("ttsvc_streams_queued",
