@@ -242,7 +242,8 @@ def test_http_and_wyoming_share_the_pool_admission_and_metrics(server: Server) -
     server.wait_idle()
     with server.client.stream("POST", "/synthesize", json={"text": long}) as held:
         assert held.status_code == 200
-        next(held.iter_bytes())  # streaming: the slot is taken
+        body = held.iter_bytes()  # kept: a generator collected early closes the connection
+        next(body)  # streaming: the slot is taken
         events = converse(server, Synthesize(text="Me too.").event(), until=())
         assert [Error.from_event(e).code for e in events] == ["overloaded"]
     after = metrics(server)
