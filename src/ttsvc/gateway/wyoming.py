@@ -167,9 +167,10 @@ class WyomingServer:
             speakers = about["speakers"]
             assert isinstance(speakers, list)
             many = isinstance(about["num_speakers"], int) and about["num_speakers"] > 1
+            details = (language.get("name") or code, about["quality"])
             voices.append(TtsVoice(
                 name=name, attribution=Attribution(name="Piper", url=PIPER_URL), installed=True,
-                description=f"{name} ({language.get('name') or code}, {about['quality']})",
+                description=f"{name} ({', '.join(str(x) for x in details if x)})",
                 version=spec.label, languages=[str(code)],
                 speakers=[TtsVoiceSpeaker(str(s)) for s in speakers] if many else None,
             ))  # fmt: skip
