@@ -210,6 +210,22 @@ def test_an_unknown_voice_is_an_error_event(server: Server) -> None:
     assert [Error.from_event(e).code for e in events] == ["invalid_parameter"]
 
 
+@pytest.mark.parametrize(
+    "event",
+    [
+        Event("synthesize", {}),  # no text
+        Event("synthesize", {"text": ["not", "a", "string"]}),
+        Event("synthesize", {"text": "Hi.", "voice": {"name": {"nested": 1}}}),
+        Event("synthesize-chunk", {"text": 42}),
+    ],
+)
+def test_a_malformed_event_is_an_error_event(server: Server, event: Event) -> None:
+    opening = [SynthesizeStart().event()] if event.type == "synthesize-chunk" else []
+    events = converse(server, *opening, event, until=())
+    assert [Error.from_event(e).code for e in events] == ["invalid_parameter"]
+    audio_of(converse(server, Synthesize(text="Still here.").event(), until=("audio-stop",)))
+
+
 def test_text_the_voice_cannot_speak_is_the_same_error_as_over_http(server: Server) -> None:
     text = "你好，世界。"
     http = server.synth(text)

@@ -242,6 +242,20 @@ class WyomingServer:
         return request
 
 
+def _text(value: object) -> str:
+    """An event's ``text``, which must be a string (anything else is a malformed event)."""
+    if not isinstance(value, str):
+        raise TypeError("text must be a string")
+    return value
+
+
+def _voice(value: SynthesizeVoice | None) -> SynthesizeVoice | None:
+    """An event's ``voice``, checked: the package takes its fields as they come in the JSON."""
+    if value is not None and not all(isinstance(v, str | int | None) for v in vars(value).values()):
+        raise TypeError("voice fields must be strings")
+    return value
+
+
 class WyomingHandler(AsyncEventHandler):
     """One Wyoming connection, on the gateway's event loop.
 
@@ -269,25 +283,34 @@ class WyomingHandler(AsyncEventHandler):
     async def handle_event(self, event: Event) -> bool:
         if self.speaker.done():  # it failed and said so: nothing more on this connection
             return False
+        try:
+            await self._take(event)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            await self._fail("invalid_parameter", f"malformed {event.type!r} event: "
+                             f"{json.dumps(event.data, default=str)[:200]}")  # fmt: skip
+            return False
+        return True
+
+    async def _take(self, event: Event) -> None:
+        """Answer ``describe`` at once; queue what the other events ask for, in order."""
         if Describe.is_type(event.type):
             await self.write_event((await self.server.info()).event())
         elif Synthesize.is_type(event.type):
             if not self.streamed:
                 synthesize = Synthesize.from_event(event)
-                self.work.put_nowait(_Once(synthesize.text, synthesize.voice))
+                self.work.put_nowait(_Once(_text(synthesize.text), _voice(synthesize.voice)))
         elif SynthesizeStart.is_type(event.type):
             if self.buffer is not None:  # a new stream ends the one left open
                 self._stop_stream()
             self.streamed = True
             self.buffer = SentenceBuffer(self.server.state.settings.max_sentence_chars)
-            self.work.put_nowait(_Start(SynthesizeStart.from_event(event).voice))
+            self.work.put_nowait(_Start(_voice(SynthesizeStart.from_event(event).voice)))
         elif SynthesizeChunk.is_type(event.type):
             if self.buffer is not None:
-                for sentence in self.buffer.append(SynthesizeChunk.from_event(event).text):
+                for sentence in self.buffer.append(_text(SynthesizeChunk.from_event(event).text)):
                     self.work.put_nowait(_Sentence(sentence))
         elif SynthesizeStop.is_type(event.type) and self.buffer is not None:
             self._stop_stream()
-        return True
 
     def _stop_stream(self) -> None:
         assert self.buffer is not None
