@@ -6,7 +6,9 @@ see the same machine load. Each round measures, on a connection already open:
 * ``http``: ``POST /synthesize`` (``format: pcm``, streamed) → the first body byte;
 * ``wyoming``: ``synthesize`` (the whole text) → the first ``audio-chunk`` event;
 * ``wyoming-stream``: Home Assistant's text stream, the text sent in small pieces: the piece that
-  completes the first sentence (text after its end included) → the first ``audio-chunk``.
+  completes the first sentence (text after its end included) → the first ``audio-chunk``;
+* ``wyoming-all-audio``: ``synthesize`` → ``audio-stop``, the time a server that sends audio
+  only once a sentence is whole would make the client wait at best.
 
 Usage: ``python benchmarks/wyoming_bench.py [--rounds N] [--workers N] [--engines-dir DIR]
 [--json PATH]``.
@@ -48,10 +50,10 @@ async def drain(tcp: AsyncTcpClient, until: str) -> None:
         pass
 
 
-async def http_ttfa(client: httpx.AsyncClient) -> float:
+async def http_ttfa(client: httpx.AsyncClient, text: str) -> float:
     started = time.perf_counter()
     async with client.stream("POST", "/synthesize",
-                             json={"text": TEXT, "format": "pcm"}) as response:  # fmt: skip
+                             json={"text": text, "format": "pcm"}) as response:  # fmt: skip
         response.raise_for_status()
         first = None
         async for chunk in response.aiter_raw():
@@ -61,29 +63,35 @@ async def http_ttfa(client: httpx.AsyncClient) -> float:
     return first - started
 
 
-async def wyoming_ttfa(port: int) -> float:
+async def wyoming_ttfa(port: int, text: str) -> tuple[float, float]:
+    """Time to the first audio and to the last (``audio-stop``: what a server that sends a
+    sentence once it is whole would make a client wait for, at this server's speed)."""
     async with AsyncTcpClient("127.0.0.1", port, read_timeout=60) as tcp:
         started = time.perf_counter()
-        await tcp.write_event(Synthesize(text=TEXT).event())
+        await tcp.write_event(Synthesize(text=text).event())
         first = await first_audio(tcp)
         await drain(tcp, "audio-stop")
-    return first - started
+    return first - started, time.perf_counter() - started
 
 
-async def wyoming_stream_ttfa(port: int) -> float:
-    pieces = [TEXT[i : i + PIECE] for i in range(0, len(TEXT), PIECE)]
-    end = TEXT.index(".") + 2  # the first sentence and the space after it: complete
+async def wyoming_stream_ttfa(port: int, text: str) -> float:
+    pieces = [text[i : i + PIECE] for i in range(0, len(text), PIECE)]
+    # the first sentence is complete once a visible character after it is sent (or at the stop)
+    end = text.index(". ") + 3 if ". " in text else len(text) + 1
     async with AsyncTcpClient("127.0.0.1", port, read_timeout=60) as tcp:
         await tcp.write_event(SynthesizeStart().event())
-        sent, complete_at = 0, 0.0
+        sent, complete_at, first = 0, 0.0, None
         reader = asyncio.ensure_future(first_audio(tcp))
         for piece in pieces:
             await tcp.write_event(SynthesizeChunk(text=piece).event())
             sent += len(piece)
-            if not complete_at and sent >= end + 1:  # + a visible character after it
+            if first is None and sent >= end:
                 complete_at = time.perf_counter()
                 first = await reader  # the rest of the text waits: a slow LLM, at worst
         await tcp.write_event(SynthesizeStop().event())
+        if first is None:
+            complete_at = time.perf_counter()
+            first = await reader
         await drain(tcp, "synthesize-stopped")
     return first - complete_at
 
@@ -94,16 +102,20 @@ def summary(values: list[float]) -> dict[str, float | None]:
             "min_ms": min(ms)}  # fmt: skip
 
 
-async def measure(server: Server, wyoming_port: int, rounds: int) -> dict[str, list[float]]:
-    found: dict[str, list[float]] = {"http": [], "wyoming": [], "wyoming-stream": []}
+async def measure(server: Server, wyoming_port: int, rounds: int,
+                  text: str) -> dict[str, list[float]]:  # fmt: skip
+    found: dict[str, list[float]] = {"http": [], "wyoming": [], "wyoming-stream": [],
+                                     "wyoming-all-audio": []}  # fmt: skip
     async with httpx.AsyncClient(base_url=server.base_url, timeout=60, trust_env=False) as c:
         for _ in range(3):  # warm-up: connections, the worker's first streams
-            await http_ttfa(c)
-            await wyoming_ttfa(wyoming_port)
+            await http_ttfa(c, text)
+            await wyoming_ttfa(wyoming_port, text)
         for _ in range(rounds):
-            found["http"].append(await http_ttfa(c))
-            found["wyoming"].append(await wyoming_ttfa(wyoming_port))
-            found["wyoming-stream"].append(await wyoming_stream_ttfa(wyoming_port))
+            found["http"].append(await http_ttfa(c, text))
+            first, last = await wyoming_ttfa(wyoming_port, text)
+            found["wyoming"].append(first)
+            found["wyoming-all-audio"].append(last)
+            found["wyoming-stream"].append(await wyoming_stream_ttfa(wyoming_port, text))
     return found
 
 
@@ -113,6 +125,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--engines-dir", type=Path, default=DEFAULT_ENGINES)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--text", default=TEXT, help="what to say (default: a short reply)")
     args = parser.parse_args()
     wyoming_port = free_port()
     flags = ["--wyoming-port", str(wyoming_port), "--metrics-port", "0"]
@@ -121,16 +134,17 @@ def main() -> int:
     try:
         server.wait_ready(lambda c: c.get("/health").status_code == 200, timeout_s=600,
                           poll_timeout_s=1, interval_s=0.2)  # fmt: skip
-        found = asyncio.run(measure(server, wyoming_port, args.rounds))
+        found = asyncio.run(measure(server, wyoming_port, args.rounds, args.text))
     finally:
         server.stop()
     report = {name: summary(values) for name, values in found.items()}
-    print(f"text: {TEXT!r} ({len(TEXT)} chars), {args.rounds} rounds, workers {args.workers}")
+    text = args.text
+    print(f"text: {text!r} ({len(text)} chars), {args.rounds} rounds, workers {args.workers}")
     for name, row in report.items():
-        print(f"  {name:15} TTFA median {row['median_ms']:6.1f} ms  p90 {row['p90_ms']:6.1f} ms  "
+        print(f"  {name:17} TTFA median {row['median_ms']:6.1f} ms  p90 {row['p90_ms']:6.1f} ms  "
               f"min {row['min_ms']:6.1f} ms")  # fmt: skip
     if args.json is not None:
-        write_atomic(args.json, json.dumps({"text": TEXT, "rounds": args.rounds, **report},
+        write_atomic(args.json, json.dumps({"text": text, "rounds": args.rounds, **report},
                                            indent=2))  # fmt: skip
     return 0
 
