@@ -312,6 +312,30 @@ def test_metrics_port_in_use_when_set_is_one_clear_line(
         assert "--metrics-port" in lines[0]
 
 
+def test_wyoming_port_is_off_by_default_and_must_be_its_own(no_ttsvc_env: object) -> None:
+    assert split_settings().wyoming_port == 0
+    assert split_settings("--wyoming-port", "10200").wyoming_port == 10200
+    for taken in ("9000", "9091"):  # the API's and the metrics' ports
+        with pytest.raises(ValueError, match="wyoming_port must differ"):
+            split_settings("--wyoming-port", taken)
+
+
+def test_wyoming_port_in_use_is_one_clear_line(listener: socket.socket, tmp_path: Path) -> None:
+    port = listener.getsockname()[1]
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        api = str(free.getsockname()[1])  # let go before the server checks it
+    empty = tmp_path / "engines"
+    result = _ttsvc("serve", "--port", api, "--metrics-port", "0", "--wyoming-port", str(port),
+                    "--engines-dir", str(empty), cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"ttsvc serve: port {port} on 127.0.0.1 is in use: choose another with --wyoming-port or "
+        "TTSVC_WYOMING_PORT (0: off)"
+    ]
+    assert not empty.exists()  # refused before any compile
+
+
 def test_default_engines_dir_is_the_same_from_any_directory(
     default_version: EngineVersion, engines_root: Path, tmp_path: Path
 ) -> None:

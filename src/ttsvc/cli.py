@@ -36,7 +36,7 @@ _FLAG_FIELDS = {"engines_dir": "engines_dir", "voice": "voice", "threads": "thre
                 "host": "host", "port": "port", "workers": "workers",
                 "compute_threads": "compute_threads", "cpus": "cpus", "scheduler": "scheduler",
                 "realtime_load": "realtime_load", "express_threads": "express_threads",
-                "metrics_port": "metrics_port",
+                "metrics_port": "metrics_port", "wyoming_port": "wyoming_port",
                 "max_streams_per_worker": "max_streams_per_worker",
                 "queue_timeout_s": "queue_timeout_s", "drain_grace_s": "drain_grace_s",
                 "idle_timeout_s": "idle_timeout_s", "header_timeout_s": "header_timeout_s",
@@ -147,6 +147,9 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--metrics-port", type=int, default=None,
                    help="Prometheus /metrics port (default 9091, or a free port when 9091 is "
                    "taken and this is not set; 0: off)")
+    p.add_argument("--wyoming-port", type=int, default=None,
+                   help="serve the Wyoming protocol (Home Assistant) on this port, on --host, "
+                   "with no authentication (default 0: off; Home Assistant's usual is 10200)")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: from the CPUs, see --cpus: 1 up to 4 CPUs, "
                    "then ceil(cpus / 4); one per CPU with --scheduler legacy)")
@@ -397,6 +400,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         engines=str(path),
         port=settings.port,
         metrics_port=settings.metrics_port,
+        wyoming_port=settings.wyoming_port or None,
         workers=settings.workers,
         compute_threads=settings.compute_threads,
         split=f"{settings.workers}x{settings.compute_threads}",  # processes x threads

@@ -97,6 +97,10 @@ class Settings(BaseSettings):
     port: int = Field(9000, ge=1, le=65535)
     metrics_port: int = Field(9091, ge=0, le=65535)
     """Prometheus ``/metrics`` port, apart from the API so it need not be public; 0 turns it off."""
+    wyoming_port: int = Field(0, ge=0, le=65535)
+    """Port of the Wyoming protocol (Home Assistant's voice pipeline) on ``host``; 0, the
+    default, turns it off. The protocol has no authentication: with API keys on, its requests
+    are charged to a key named ``wyoming`` with the default quota."""
     workers: int = Field(ge=1, le=MAX_PROCESSES)
     """Worker processes. Unset: from ``cpus`` like ``compute_threads`` (one per CPU with the
     legacy scheduler), or ``ceil(cpus / compute_threads)`` when that is given."""
@@ -237,6 +241,8 @@ class Settings(BaseSettings):
             raise ValueError("max_window_frames must be at least first_window_frames")
         if self.metrics_port and self.metrics_port == self.port:
             raise ValueError("metrics_port must differ from port: /metrics is not public")
+        if self.wyoming_port and self.wyoming_port in (self.port, self.metrics_port):
+            raise ValueError("wyoming_port must differ from port and metrics_port")
         if self.worker_silence_timeout_s <= self.balancer_heartbeat_timeout_s:
             # otherwise a hung worker is killed before it is even taken out of routing
             raise ValueError("worker_silence_timeout_s must exceed balancer_heartbeat_timeout_s")

@@ -101,7 +101,7 @@ def settings_from(data: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Sett
 
 def test_values_sets_cover_what_the_issue_asks() -> None:
     assert {"defaults", "gpu", "autoscaling-metric", "servicemonitor",
-            "api-keys"} <= VALUES_SETS.keys()  # fmt: skip
+            "api-keys", "wyoming"} <= VALUES_SETS.keys()  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(VALUES_SETS))
@@ -138,7 +138,9 @@ def test_pod_contract(chart: helm.Chart, name: str) -> None:
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     c = container(objects)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"http": settings.port, "metrics": settings.metrics_port}
+    wyoming = VALUES_SETS[name].get("ports", {}).get("wyoming", settings.wyoming_port)
+    wanted = {"http": settings.port, "metrics": settings.metrics_port}
+    assert ports == wanted | ({"wyoming": wyoming} if wyoming else {})
 
     for probe, path in (("readinessProbe", "/health"), ("startupProbe", "/live"),
                         ("livenessProbe", "/live")):  # fmt: skip
@@ -189,8 +191,7 @@ def test_pod_contract(chart: helm.Chart, name: str) -> None:
 
     service = one(objects, "Service")
     assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
-        "http": (settings.port, "http"),
-        "metrics": (settings.metrics_port, "metrics"),
+        name: (port, name) for name, port in ports.items()
     }
 
 
@@ -310,6 +311,23 @@ def test_list_and_map_settings_reach_the_service_as_json(
     assert {name: getattr(settings, name) for name in wanted} == wanted
     assert settings_from(settings_configmap(render(chart, {"settings": {"cors_origins": []}})),
                          monkeypatch).cors_origins == []  # fmt: skip
+
+
+def test_wyoming_is_an_option_off_by_default(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off: no port anywhere and the service's own default (off). Set: the container and the
+    Service expose it, and the service is told to listen there."""
+    objects = render(chart, {})
+    assert "wyoming" not in {p["name"] for p in container(objects)["ports"]}
+    assert "TTSVC_WYOMING_PORT" not in settings_configmap(objects)
+    assert settings_from(settings_configmap(objects), monkeypatch).wyoming_port == 0
+    objects = render(chart, VALUES_SETS["wyoming"])
+    (port,) = [p for p in container(objects)["ports"] if p["name"] == "wyoming"]
+    assert port == {"name": "wyoming", "containerPort": 10200, "protocol": "TCP"}
+    (service,) = [p for p in one(objects, "Service")["spec"]["ports"] if p["name"] == "wyoming"]
+    assert (service["port"], service["targetPort"]) == (10200, "wyoming")
+    assert settings_from(settings_configmap(objects), monkeypatch).wyoming_port == 10200
 
 
 def test_schema_settings_are_settings_fields(chart: helm.Chart) -> None:
@@ -446,6 +464,7 @@ def test_dashboard_configmap_is_the_dashboard(chart: helm.Chart) -> None:
         ({"autoscaling": {"type": "memory"}}, "/autoscaling/type"),
         ({"autoscaling": {"metric": {"name": "up"}}}, "/autoscaling/metric/name"),
         ({"ports": {"http": 70000}}, "/ports/http"),
+        ({"ports": {"wyoming": -1}}, "/ports/wyoming"),
         ({"lifecycle": {"preStopSleepSeconds": 0}}, "/lifecycle/preStopSleepSeconds"),
         ({"securityContext": {"runAsUser": 0}}, "/securityContext/runAsUser"),
         ({"replicas": 3}, "replicas"),  # a typo of replicaCount
@@ -461,6 +480,7 @@ def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], fi
     ("values", "message"),
     [
         ({"ports": {"http": 9000, "metrics": 9000}}, "ports.metrics must differ"),
+        ({"ports": {"wyoming": 9000}}, "ports.wyoming must differ"),
         ({"autoscaling": {"minReplicas": 5, "maxReplicas": 4}}, "minReplicas must not exceed"),
     ],
 )

@@ -70,6 +70,11 @@ Secret update reaches the service (a subPath mount would keep the old file forev
 {{- if eq (int .Values.ports.http) (int .Values.ports.metrics) }}
 {{- fail "ports.metrics must differ from ports.http: /metrics is not public" }}
 {{- end }}
+{{- with .Values.ports.wyoming }}
+{{- if has (int .) (list (int $.Values.ports.http) (int $.Values.ports.metrics)) }}
+{{- fail "ports.wyoming must differ from ports.http and ports.metrics" }}
+{{- end }}
+{{- end }}
 {{- if gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas) }}
 {{- fail "autoscaling.minReplicas must not exceed autoscaling.maxReplicas" }}
 {{- end }}

@@ -348,9 +348,17 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         # starts the pool if a version verifies; with none, the gateway waits (unready) for one
         await catalog.initial()
         tasks.append(loop.create_task(catalog.watch()))
+        wyoming = None
+        if settings.wyoming_port:
+            from ttsvc.gateway.wyoming import WyomingServer  # noqa: PLC0415 - it imports this
+
+            wyoming = WyomingServer(state, settings.host, settings.wyoming_port)
+            await wyoming.start()
         try:
             yield
         finally:
+            if wyoming is not None:
+                await wyoming.stop()
             catalog.stop()
             if keys is not None:
                 keys.stop()

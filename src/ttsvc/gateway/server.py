@@ -103,10 +103,11 @@ def _unavailable(host: str, port: int, flag: str, exc: OSError) -> PortUnavailab
 
 
 def claim_ports(settings: Settings) -> Settings:
-    """Check, before anything slow starts, that the API and metrics ports can be listened on.
+    """Check, before anything slow starts, that the API, Wyoming and metrics ports can be
+    listened on.
 
-    A taken API port is an error (clients need to know where the service is); so is a taken
-    metrics port that was set (flag or environment), since a scraper is pointed at it. A taken
+    A taken API or Wyoming port is an error (clients need to know where the service is); so is a
+    taken metrics port that was set (flag or environment), since a scraper is pointed at it. A taken
     default metrics port falls back to a free one, logged, so a second instance on a workstation
     just works. Returns the settings to serve with. The ports are let go again: another process
     could take one in between, which uvicorn or the metrics server then report themselves.
@@ -115,6 +116,12 @@ def claim_ports(settings: Settings) -> Settings:
         _try_bind(settings.host, settings.port)
     except OSError as exc:
         raise _unavailable(settings.host, settings.port, "--port or TTSVC_PORT", exc) from None
+    if settings.wyoming_port:
+        try:
+            _try_bind(settings.host, settings.wyoming_port)
+        except OSError as exc:
+            flag = "--wyoming-port or TTSVC_WYOMING_PORT (0: off)"
+            raise _unavailable(settings.host, settings.wyoming_port, flag, exc) from None
     if not settings.metrics_port:
         return settings
     try:

@@ -1,26 +1,29 @@
-"""Sentences from text that arrives in pieces (an LLM's tokens), as soon as each is complete.
+"""Text that arrives in pieces (an LLM's tokens, Home Assistant's streamed reply) → sentences.
 
-Pure: no IO, no clock. A sentence is complete once text after its end has arrived: only the
-next visible character tells whether "Dr." or "Wait..." ended a sentence (``segment`` merges
-"Dr. Smith" and "Wait... what"), so the last sentence seen is held until more text comes, or
-until ``flush``. Boundaries are ``split_sentences``'s own, so incremental text is cut exactly
-where the same text sent whole would be.
+Why: a sentence is the unit of synthesis, and speaking it as soon as it is complete, while the
+rest of the reply is still being written, is what makes a voice agent answer without waiting for
+the whole text. The boundaries are the project's own segmenter's (``ttsvc.text.segment``), so a
+text streamed in pieces is cut where the same text sent whole would be; the only difference is
+when: a sentence is complete once the text after its end has arrived (a full stop alone may still
+be "Dr." or "3."), or when the sender says there is no more.
 
-The held text stays short: ``split_sentences`` cuts a run-on past ``max_chars`` at clauses,
-then spaces, so everything but the last piece of at most ``max_chars`` is handed out.
+Pure: no IO, no clock; one buffer per stream of text.
 """
 
 from __future__ import annotations
 
-from ttsvc.text.segment import _OPENERS, split_sentences
+from ttsvc.text.segment import complete_prefix, split_long, split_sentences
 
 __all__ = ["SentenceBuffer"]
 
 
 class SentenceBuffer:
-    """Text appended piece by piece in, complete sentences out, in order.
+    """Collects text pieces and hands out each sentence once, in order, as soon as it is complete.
 
-    Not thread-safe; one per stream of text.
+    ``max_chars`` bounds a sentence that never ends (a list with no full stops, a pasted log): once
+    the pending text is longer, its leading pieces are cut at the clause or word boundaries the
+    segmenter would use for a sentence over its cap, and only the last piece (which may still grow)
+    waits for more.
     """
 
     def __init__(self, max_chars: int) -> None:
@@ -31,35 +34,27 @@ class SentenceBuffer:
 
     @property
     def pending(self) -> str:
-        """Text received that is not yet part of a sentence handed out."""
+        """The text received but not yet handed out as a sentence."""
         return self._pending
 
     def append(self, text: str) -> list[str]:
         """Add ``text``; returns the sentences it completed, in order (often none)."""
-        if not text:
-            return []
         self._pending += text
-        pending = self._pending
-        # a boundary is final once a character that is neither space nor an opening quote or
-        # bracket follows it: segmentation looks past those to judge an ending
-        last = len(pending) - 1
-        while last >= 0 and (pending[last].isspace() or pending[last] in _OPENERS):
-            last -= 1
         out: list[str] = []
-        cursor = held = 0
-        # pieces are stripped substrings of the text, in order, so each is found from the last
-        for piece in split_sentences(pending, self.max_chars):
-            start = pending.index(piece, cursor)
-            cursor = start + len(piece)
-            if cursor > last:
-                break
-            out.append(piece)
-            held = cursor
-        self._pending = pending[held:].lstrip() if out else pending
+        end = complete_prefix(self._pending)
+        if end:
+            out = split_sentences(self._pending[:end], self.max_chars)
+            self._pending = self._pending[end:]
+        if len(self._pending.strip()) > self.max_chars:
+            *full, _rest = split_long(self._pending, self.max_chars)
+            at = 0
+            for piece in full:  # pieces are substrings of the pending text, in order
+                at = self._pending.index(piece, at) + len(piece)
+            out.extend(full)
+            self._pending = self._pending[at:]
         return out
 
     def flush(self) -> list[str]:
-        """Everything pending, as a sentence (cut like any other past ``max_chars``); none if
-        it is blank."""
+        """Everything pending, as a sentence (none if it is blank); the buffer is then empty."""
         pending, self._pending = self._pending, ""
         return split_sentences(pending, self.max_chars)

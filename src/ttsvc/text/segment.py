@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["split_sentences"]
+__all__ = ["complete_prefix", "split_long", "split_sentences"]
 
 _CLOSERS = "\"'”’)]}»」』"
 _OPENERS = "\"'“‘([{«「『"
@@ -132,6 +132,35 @@ def _split_long(piece: str, max_chars: int, level: int = 0) -> list[str]:
     if current.strip():
         out.append(current.strip())
     return out
+
+
+def split_long(piece: str, max_chars: int) -> list[str]:
+    """Cut a run-on ``piece`` into stripped pieces of at most ``max_chars``, at the same clause,
+    then word, boundaries ``split_sentences`` uses for a sentence over its cap."""
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    piece = piece.strip()
+    return _split_long(piece, max_chars) if piece else []
+
+
+def complete_prefix(text: str) -> int:
+    """Length of the longest prefix of ``text`` that ends a sentence no further text can change.
+
+    For text that arrives in pieces (an LLM's tokens): a terminator at the very end may still grow
+    ("?" into "?!", a closing quote), and whether a full stop ends a sentence depends on what
+    follows it ("Dr. Smith", "3.14", "and... then"), so a boundary counts only once what decides
+    it has arrived. "!" and "?" end a sentence whatever follows, so a space after them is enough.
+    The prefix splits like the whole text would: ``split_sentences(text[:n])`` gives the same
+    sentences as the start of ``split_sentences(text)``.
+    """
+    end = 0
+    for match in _TERMINATOR_RE.finditer(text):
+        if match.end() == len(text) or not _is_boundary(text, match):
+            continue
+        run = match.group(0).rstrip(_CLOSERS)
+        if _next_visible(text, match.end()) or any(ch in run for ch in "!?。！？"):
+            end = match.end()
+    return end
 
 
 def split_sentences(text: str, max_chars: int = 200) -> list[str]:
