@@ -74,6 +74,10 @@ class Manifest(BaseModel):
     """Most stream windows one frame-engine call may carry (TensorRT plans; 1 on CPU)."""
     profiles: dict[str, dict[str, list[list[int]]]] = Field(default_factory=dict)
     """TensorRT plans only: per engine, per input, its ``[min, opt, max]`` shape."""
+    durations: bool = False
+    """The acoustic engine also outputs each phoneme id's frame count (``durations``), which
+    word timestamps are made of. False for engines compiled before it did: they serve audio
+    without timestamps."""
     created_at: str
 
 
