@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +129,14 @@ class SpeechOrder:
     """The served voice (resolved from the request's name or alias)."""
     speaker: int | None = None
     """Its speaker id (resolved from a name), ``None`` for its first."""
+    timestamps: bool = False
+    """Ask the worker for word timestamps (``AudioChunkMsg.words``)."""
+
+
+SpeakerLookup = Callable[[str, "int | str | None"], Awaitable["int | None"]]
+"""A voice's speaker id for a request's ``speaker`` (a 422 naming the speakers if none)."""
+Respond = Callable[["SynthesisExchange", AudioChunkMsg, Encoder, dict[str, str]], Response]
+"""Makes the streamed response of a route with its own body (``gateway.captions``)."""
 
 
 @dataclass
@@ -198,7 +206,7 @@ class GatewayState:
         raise UnknownVoice(f"unknown voice {name!r}; served: {served or 'none'}", field="voice")
 
 
-SYNTHESIS_PATHS = ("/synthesize", "/v1/audio/speech")
+SYNTHESIS_PATHS = ("/synthesize", "/v1/audio/speech", "/synthesize/with-timestamps")
 """Routes whose every request ends in exactly one completion log line."""
 
 _HTTP_TYPES = {400: "invalid_json", 404: "not_found", 405: "method_not_allowed"}
@@ -548,6 +556,10 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         order = SpeechOrder(body.input, body.speed, None, None, 0.2, OPENAI_RATE, fmt,
                             _streamed(fmt, body.stream), "openai", voice)  # fmt: skip
         return await _synthesize(state, order, request)
+
+    from ttsvc.gateway.captions import add_timestamps_route  # noqa: PLC0415 - it imports this
+
+    add_timestamps_route(app, state, guarded, speaker)
 
     @app.get("/v1/models", dependencies=guarded)
     async def models() -> dict[str, object]:
@@ -962,8 +974,10 @@ class ExchangeStreamingResponse(StreamingResponse):
             self.exchange.release_encoder()
 
 
-async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request) -> Response:
-    """The one path of both APIs: admit, dispatch, then stream (or gather) the encoded audio."""
+async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request,
+                      respond: Respond | None = None) -> Response:  # fmt: skip
+    """The one path of every API: admit, dispatch, then stream (or gather) the encoded audio
+    (``respond``: a streamed body of the route's own)."""
     settings = state.settings
     if state.draining:
         raise Draining("the server is shutting down")
@@ -1007,7 +1021,7 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
     job = SynthesisJob(uid, order.text, order.speed, order.noise_scale, order.noise_w,
                        order.sentence_silence, rate, settings.max_audio_s,
                        None if key is None else key.name, order.voice,
-                       order.speaker)  # fmt: skip
+                       order.speaker, order.timestamps)  # fmt: skip
     exchange = SynthesisExchange(state, request, pool, wid, job, qsize)
     exchange.buffered = not order.stream
     exchange.ticket = ticket
@@ -1030,6 +1044,8 @@ async def _synthesize(state: GatewayState, order: SpeechOrder, request: Request)
     media = order.format.media_type(rate)
     exchange.rate = rate
     exchange.received(first)
+    if respond is not None:
+        return respond(exchange, first, encoder, headers)
 
     if not order.stream:
         try:
