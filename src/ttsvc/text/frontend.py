@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ttsvc.errors import NothingToSay
-from ttsvc.text.normalize import normalize_mapped, require_speakable
+from ttsvc.text.normalize import require_speakable_mapped
 from ttsvc.text.phonemize import _ESPEAK, phoneme_ids, phonemize
 from ttsvc.text.script import require_script
 from ttsvc.text.segment import split_sentences
@@ -47,11 +47,8 @@ class TextFrontEnd:
         finds each sentence's ``words`` (word timestamps): one more espeak-ng call per sentence,
         so only when asked for."""
         require_script(text, self.voice)
-        if not words:
-            normalized = require_speakable(text)
-        else:
-            mapped = normalize_mapped(text)
-            normalized = require_speakable(mapped.text)  # idempotent: the same text back
+        mapped = require_speakable_mapped(text, track=words)
+        normalized = mapped.text
         out: list[Sentence] = []
         cursor = 0
         for piece in split_sentences(normalized, self.max_sentence_chars):

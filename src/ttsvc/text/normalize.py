@@ -31,7 +31,14 @@ from dataclasses import dataclass
 
 from ttsvc.errors import NothingToSay
 
-__all__ = ["Normalized", "has_speakable", "normalize", "normalize_mapped", "require_speakable"]
+__all__ = [
+    "Normalized",
+    "has_speakable",
+    "normalize",
+    "normalize_mapped",
+    "require_speakable",
+    "require_speakable_mapped",
+]
 
 # --------------------------------------------------------------------------------------------------
 # Number words. Written here rather than pulled from num2words: it is ~60 lines and the service
@@ -196,11 +203,13 @@ _WORD_RE = re.compile(r"\w+")
 
 
 class _Tracked:
-    """A text being rewritten, with the source span of each of its characters."""
+    """A text being rewritten, with the source span of each of its characters (``track``; not
+    kept otherwise: plain ``normalize`` pays nothing for them)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, track: bool = True) -> None:
         self.text = text
-        self.spans: list[Span] = [(i, i + 1) for i in range(len(text))]
+        self.track = track
+        self.spans: list[Span] = [(i, i + 1) for i in range(len(text))] if track else []
 
     def edit(self, edits: Iterable[Edit]) -> None:
         """Apply non-overlapping ``edits`` in increasing order of position."""
@@ -209,16 +218,18 @@ class _Tracked:
         pos = 0
         for start, end, new in edits:
             out.append(self.text[pos:start])
-            spans.extend(self.spans[pos:start])
             out.append(new)
-            spans.extend(self._new_spans(start, end, new))
+            if self.track:
+                spans.extend(self.spans[pos:start])
+                spans.extend(self._new_spans(start, end, new))
             pos = end
         if not out:
             return
         out.append(self.text[pos:])
-        spans.extend(self.spans[pos:])
         self.text = "".join(out)
-        self.spans = spans
+        if self.track:
+            spans.extend(self.spans[pos:])
+            self.spans = spans
 
     def _new_spans(self, start: int, end: int, new: str) -> list[Span]:
         """Spans for ``new`` replacing ``text[start:end]``: a word of ``new`` written the same in
@@ -267,6 +278,9 @@ class _Tracked:
         change); the whole text at once where that would not give NFC's exact result."""
         target = unicodedata.normalize("NFC", self.text)
         if target == self.text:
+            return
+        if not self.track:
+            self.text = target
             return
         edits: list[Edit] = []
         starts = [i for i, ch in enumerate(self.text) if unicodedata.combining(ch) == 0]
@@ -843,12 +857,16 @@ def normalize(text: str) -> str:
 
     Never raises; may return "" when nothing speakable is left (see :func:`require_speakable`).
     """
-    return normalize_mapped(text).text
+    return _normalize(_Tracked(text, track=False)).text
 
 
 def normalize_mapped(text: str) -> Normalized:
     """``normalize(text)`` with the span of ``text`` each of its characters came from."""
-    tracked = _Tracked(text)
+    tracked = _normalize(_Tracked(text))
+    return Normalized(tracked.text, tuple(tracked.spans))
+
+
+def _normalize(tracked: _Tracked) -> _Tracked:
     _clean(tracked)
     for pattern, render in _PASSES:
         _substitute(pattern, render, tracked)
@@ -861,7 +879,7 @@ def normalize_mapped(text: str) -> Normalized:
     tracked.strip()
     _bound_words(tracked)
     _bound_dotted_letters(tracked)
-    return Normalized(tracked.text, tuple(tracked.spans))
+    return tracked
 
 
 def _speakable(normalized: str) -> bool:
@@ -879,7 +897,12 @@ def require_speakable(text: str) -> str:
     Raised up front so a request of only emoji or punctuation fails with a clear 422 instead of
     producing a silent (or empty) audio stream.
     """
-    normalized = normalize(text)
-    if not _speakable(normalized):
+    return require_speakable_mapped(text, track=False).text
+
+
+def require_speakable_mapped(text: str, track: bool = True) -> Normalized:
+    """``normalize_mapped(text)`` (spans only if ``track``), or :class:`NothingToSay`."""
+    tracked = _normalize(_Tracked(text, track))
+    if not _speakable(tracked.text):
         raise NothingToSay("text has nothing to speak after normalization", field="text")
-    return normalized
+    return Normalized(tracked.text, tuple(tracked.spans))
