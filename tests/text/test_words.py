@@ -10,7 +10,7 @@ import pytest
 
 from ttsvc.text.frontend import TextFrontEnd
 from ttsvc.text.normalize import normalize, normalize_mapped
-from ttsvc.text.words import align, phoneme_words
+from ttsvc.text.words import align, id_positions, phoneme_words
 from ttsvc.voice import VoiceConfig
 
 CORPUS = Path(__file__).with_name("corpus.txt")
@@ -73,10 +73,17 @@ def test_words_espeak_joins_or_splits_are_each_found(frontend: TextFrontEnd) -> 
         assert all(b <= len(sentence.ids) - 1 for _, b in ids)  # never past EOS
 
 
-def test_a_joined_phoneme_word_is_cut_between_its_tokens() -> None:
+def test_a_joined_phoneme_word_is_cut_between_its_tokens(frontend: TextFrontEnd) -> None:
     spoken = ["ʌvðə", "pˈiːpəl"]
     alone = [(0, "ʌv"), (1, "ðə"), (2, "pˈiːpəl")]
-    assert align(spoken, alone) == [[(0, 0.5), (1, 0.5)], [(2, 1.0)]]
+    assert align(spoken, alone) == [[(0, "ʌv"), (1, "ðə")], [(2, "piːpəl")]]
+    # in context "for the" is "fɚðə", alone "fˈɔːɹ" + "ðə": "the" is still its two phonemes
+    (sentence,) = frontend.sentences("For the people.", words=True)
+    assert "".join(sentence.phonemes).startswith("fɚðə ")
+    the = sentence.words[1]
+    assert the.text == "the"
+    layout = id_positions(sentence.phonemes, frontend.voice.phoneme_id_map)
+    assert the.ids == (layout[2][0], layout[3][1])  # type: ignore[index]
 
 
 def test_phoneme_words_leave_out_spaces_and_punctuation() -> None:

@@ -104,12 +104,13 @@ _MERGE = 3
 """Most token words one phoneme word may join (and phoneme words one token word may split in)."""
 
 
-def align(spoken: Sequence[str], alone: Sequence[tuple[int, str]]) -> list[list[tuple[int, float]]]:
+def align(spoken: Sequence[str], alone: Sequence[tuple[int, str]]) -> list[list[tuple[int, str]]]:
     """Which tokens each phoneme word of a sentence says.
 
     ``spoken``: the sentence's phoneme words; ``alone``: the words of its tokens phonemized alone,
-    each with its token's index, in order. Returns, per spoken word, ``(token, share)`` pairs: the
-    share of the word's phonemes that token says (1.0 for a word of one token).
+    each with its token's index, in order. Returns, per spoken word, ``(token, phonemes)`` pairs:
+    each token it says, with that token's phonemes said alone (stress left out), to cut a word
+    that says several tokens between them.
 
     A monotone alignment minimizing, over matched groups, the difference in phoneme count plus
     a mismatch of first phonemes; joins and splits cost a little more, so a 1:1 match wins ties.
@@ -141,7 +142,7 @@ def align(spoken: Sequence[str], alone: Sequence[tuple[int, str]]) -> list[list[
                 if here + step < cost[ii][jj]:
                     cost[ii][jj] = here + step
                     back[ii][jj] = (di, dj)
-    out: list[list[tuple[int, float]]] = [[] for _ in range(m)]
+    out: list[list[tuple[int, str]]] = [[] for _ in range(m)]
     i, j = m, n
     while i > 0 or j > 0:
         di, dj = back[i][j]
@@ -152,14 +153,11 @@ def align(spoken: Sequence[str], alone: Sequence[tuple[int, str]]) -> list[list[
             continue
         if dj == 0:  # said but no token's: the nearest token before (or after) says it
             continue
-        group = range(j, j + dj)
-        total = sum(max(1, len(a_core[k])) for k in group)
+        said: dict[int, str] = {}
+        for k in range(j, j + dj):
+            said[alone[k][0]] = said.get(alone[k][0], "") + a_core[k]
         for word in range(i, i + di):
-            shares: dict[int, float] = {}
-            for k in group:
-                token = alone[k][0]
-                shares[token] = shares.get(token, 0.0) + max(1, len(a_core[k])) / total
-            out[word] = list(shares.items())
+            out[word] = list(said.items())
     return out
 
 
@@ -203,27 +201,49 @@ def spoken_words(
 
 
 def _split(
-    phonemes: Sequence[str], word: list[int], parts: list[tuple[int, float]]
+    phonemes: Sequence[str], word: list[int], parts: list[tuple[int, str]]
 ) -> list[tuple[int, list[int]]]:
-    """A phoneme word's indices cut between the tokens it says, in order, by their shares; a
-    stress mark goes with the phoneme after it."""
+    """A phoneme word's indices cut between the tokens it says, in order: its phonemes are
+    aligned (edit distance) with the tokens' phonemes said alone, so ``fɚðə`` cuts as ``fɚ|ðə``
+    after ``fɔːɹ`` + ``ðə``; a stress mark goes with the phoneme after it."""
     if len(parts) <= 1:
         return [(parts[0][0], word)] if parts else []
     core = [i for i in word if phonemes[i] not in STRESS]
-    cuts, acc = [], 0.0
-    for _, share in parts[:-1]:
-        acc += share
-        cuts.append(round(acc * len(core)))
+    said = [phonemes[i] for i in core]
+    target = [ch for _, text in parts for ch in text]
+    owner = [k for k, (_, text) in enumerate(parts) for _ in text]
+    n, m = len(said), len(target)
+    dist = [[0] * (m + 1) for _ in range(n + 1)]
+    for a in range(n + 1):
+        for b in range(m + 1):
+            if a == 0 or b == 0:
+                dist[a][b] = a + b
+                continue
+            dist[a][b] = min(dist[a - 1][b - 1] + (said[a - 1] != target[b - 1]),
+                             dist[a - 1][b] + 1, dist[a][b - 1] + 1)  # fmt: skip
+    part_of = [0] * n
+    a, b = n, m
+    while a > 0:
+        if b > 0 and dist[a][b] == dist[a - 1][b - 1] + (said[a - 1] != target[b - 1]):
+            a, b = a - 1, b - 1
+            part_of[a] = owner[b]
+        elif b > 0 and dist[a][b] == dist[a][b - 1] + 1:
+            b -= 1
+        else:  # said but not in the tokens alone: with the token of what precedes it
+            a -= 1
+            part_of[a] = owner[b - 1] if b > 0 else 0
     out: list[tuple[int, list[int]]] = [(token, []) for token, _ in parts]
-    seen = 0
-    part = 0
+    pending: list[int] = []  # stress marks wait for their phoneme
+    position = {i: k for k, i in enumerate(core)}
     for i in word:
-        while part < len(cuts) and seen >= cuts[part]:
-            part += 1
-        out[part][1].append(i)
-        if phonemes[i] not in STRESS:
-            seen += 1
-    return [(token, indices) for token, indices in out if indices]
+        if i not in position:
+            pending.append(i)
+            continue
+        out[part_of[position[i]]][1].extend([*pending, i])
+        pending = []
+    if pending:
+        out[-1][1].extend(pending)
+    return [(token, sorted(indices)) for token, indices in out if indices]
 
 
 Phonemizer = Callable[[str], list[str]]
