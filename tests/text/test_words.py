@@ -27,8 +27,13 @@ def frontend(voice_config: VoiceConfig) -> TextFrontEnd:
     return TextFrontEnd(voice_config)
 
 
-ODD = ("  Cafe\u0301 \u2212 5\u00a0\u00b0C, 1/2 of 24/7 \U0001f600 ok", "a.b.c.d.e.f.g.h.i.j.k.l",
-       "x" * 150, "", "\u1100\u1161 \u0041\u030a\u0301 \ufe0f7\ufe0f\u20e3")
+ODD = (
+    "  Cafe\u0301 \u2212 5\u00a0\u00b0C, 1/2 of 24/7 \U0001f600 ok",
+    "a.b.c.d.e.f.g.h.i.j.k.l",
+    "x" * 150,
+    "",
+    "\u1100\u1161 \u0041\u030a\u0301 \ufe0f7\ufe0f\u20e3",
+)
 """Decomposed accents, Hangul jamo (NFC joins two starters), selectors, very long words."""
 
 
