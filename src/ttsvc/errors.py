@@ -93,6 +93,16 @@ class VoiceUnavailable(TTSError):
     type = "voice_unavailable"
 
 
+class TimestampsUnavailable(TTSError):
+    """Word timestamps were asked of a voice whose engines were compiled without phoneme
+    durations (before they were an output): its audio serves, its timestamps need a recompile.
+
+    409, not 422: the request is valid, the engine version it would run on cannot answer it."""
+
+    status = 409
+    type = "timestamps_unavailable"
+
+
 class EngineError(TTSError):
     """An engine set could not be used: missing, altered, truncated or failing to load.
 

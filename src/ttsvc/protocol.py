@@ -56,6 +56,9 @@ class SynthesisJob:
     it loads it first."""
     speaker: int | None = None
     """Speaker id of a multi-speaker voice (the gateway resolved a name); ``None``: its first."""
+    timestamps: bool = False
+    """Send each word's times with the chunk its audio starts in (``AudioChunkMsg.words``); an
+    engine without phoneme durations fails the stream with ``timestamps_unavailable``."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,26 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
+class WordTime:
+    """When one word of the request text is said in a stream's audio."""
+
+    word: str
+    """The word as spoken (normalized: "twelve" for a part of "$12.50")."""
+    start: float
+    """Seconds from the stream's start to the first frame of its first phoneme."""
+    end: float
+    """Seconds from the stream's start to the end of its last phoneme."""
+    text_span: tuple[int, int]
+    """``[start, end)`` character offsets in the request text it was read from: several words
+    share one span where normalization made them of one written form ("$12.50")."""
+
+    def to_json(self) -> dict[str, object]:
+        """As clients receive it (times rounded to the microsecond)."""
+        return {"word": self.word, "start": round(self.start, 6), "end": round(self.end, 6),
+                "text_span": list(self.text_span)}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class AudioChunkMsg:
     """One window of a stream's audio."""
 
@@ -144,6 +167,11 @@ class AudioChunkMsg:
     """Compute time of this window (of the front end and sentence engine too, for a first one)."""
     queued_s: float = 0.0
     """On a stream's first chunk: how long the job waited in the worker before its first step."""
+    offset_s: float = 0.0
+    """``offset`` in seconds: how far into the utterance this chunk starts (a client that stops
+    playing mid-chunk knows how far the listener got)."""
+    words: tuple[WordTime, ...] = ()
+    """The words whose start lies in this chunk, for a job that asked for ``timestamps``."""
 
 
 @dataclass(frozen=True)

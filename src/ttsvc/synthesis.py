@@ -18,8 +18,9 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from ttsvc.backends.base import EngineSet, FloatArray
-from ttsvc.errors import AudioTooLong, InvalidParameter
+from ttsvc.backends.base import EngineSet, FloatArray, IntArray, SentenceRun
+from ttsvc.errors import AudioTooLong, InvalidParameter, TimestampsUnavailable
+from ttsvc.protocol import WordTime
 from ttsvc.text.frontend import Sentence, TextFrontEnd
 
 Pcm16 = npt.NDArray[np.int16]
@@ -49,6 +50,8 @@ class SynthesisParams(BaseModel):
     speaker: int | None = Field(None, ge=0)
     """Speaker id of a multi-speaker voice (``voice.speaker_id`` resolves a name); ``None`` is
     speaker 0, the only one of a single-speaker voice."""
+    timestamps: bool = False
+    """Give each chunk the words whose audio starts in it (``AudioChunk.words``)."""
 
     def scales(self, engines: EngineSet) -> FloatArray:
         """The ``scales`` input of a Piper graph: noise scale, length scale, noise width."""
@@ -177,13 +180,16 @@ class FrameCall:
 
 
 T = TypeVar("T")
-Steps = Generator["FrameCall | T", "FloatArray | None", None]
+Answer = FloatArray | SentenceRun
+"""What a ``FrameCall`` is answered with: a ``SentenceRun`` for an acoustic call, else the
+engine's output array."""
+Steps = Generator["FrameCall | T", "Answer | None", None]
 """Items of type ``T``, with the engine runs they need yielded as ``FrameCall``s in between."""
 
 
-def drive(steps: Steps[T], run: Callable[[FrameCall], FloatArray]) -> Iterator[T]:
+def drive(steps: Steps[T], run: Callable[[FrameCall], Answer]) -> Iterator[T]:
     """The items of ``steps``, answering each ``FrameCall`` at once with ``run``."""
-    answer: FloatArray | None = None
+    answer: Answer | None = None
     while True:
         try:
             item = steps.send(answer)
@@ -212,6 +218,10 @@ class AudioChunk:
     """Index of the sentence this chunk belongs to."""
     last: bool
     """True on the final chunk of the utterance."""
+    offset_s: float = 0.0
+    """``offset`` in seconds."""
+    words: tuple[WordTime, ...] = ()
+    """Words whose audio starts in this chunk (when timestamps were asked for)."""
 
 
 def to_pcm16(audio: FloatArray) -> Pcm16:
@@ -356,11 +366,11 @@ class Synthesizer:
         for _, _, audio in drive(steps, self.run_call):
             yield audio
 
-    def run_call(self, call: FrameCall) -> FloatArray:
+    def run_call(self, call: FrameCall) -> Answer:
         """Run one engine call at once, batch of one (the CPU path)."""
         if call.stage == "acoustic":
             assert call.scales is not None
-            return self.engines.acoustic.latents(call.inputs, call.scales, call.speaker)
+            return self.engines.acoustic.run(call.inputs, call.scales, call.speaker)
         if call.stage == "flow":
             assert self.engines.flow is not None
             return self.engines.flow.frames(call.inputs, call.speaker)
@@ -402,7 +412,7 @@ class Synthesizer:
                 target = need if done == 0 else min(total, max(need, done + chunk))
                 lo, hi = max(0, done - fctx.left), min(total, target + fctx.right)
                 out = yield FrameCall("flow", latents[:, :, lo:hi], speaker=speaker)
-                assert out is not None
+                assert isinstance(out, np.ndarray)
                 piece = out[:, :, done - lo : target - lo]
                 if frames is None:
                     frames = np.empty((1, piece.shape[1], total), dtype=np.float32)
@@ -411,7 +421,7 @@ class Synthesizer:
             assert frames is not None
             lo, hi = max(0, start - vctx.left), min(total, end + vctx.right)
             audio = yield FrameCall("vocoder", frames[:, :, lo:hi], speaker=speaker)
-            assert audio is not None
+            assert isinstance(audio, np.ndarray)
             yield finish(start, end, audio[(start - lo) * hop : (end - lo) * hop])
 
     def stream_steps(
@@ -431,7 +441,7 @@ class Synthesizer:
         (the backstop for texts the estimate misjudges: their stream is cut)."""
         params = params or SynthesisParams()
         speaker = self.speaker(params)
-        sentences = self.sentences(text)
+        sentences = self.frontend.sentences(text, words=params.timestamps)
         silence = np.zeros(round(params.sentence_silence * self.sample_rate), np.int16)
         if max_audio_s is not None:
             ids = sum(len(s.ids) for s in sentences)
@@ -446,9 +456,18 @@ class Synthesizer:
         for index, sentence in enumerate(sentences):
             last_sentence = index == len(sentences) - 1
             phonemes = np.asarray([sentence.ids], dtype=np.int64)
-            latents = yield FrameCall("acoustic", phonemes, params.scales(self.engines), speaker)
-            assert latents is not None
+            run = yield FrameCall("acoustic", phonemes, params.scales(self.engines), speaker)
+            assert isinstance(run, SentenceRun)
+            latents = run.latents
             total = latents.shape[2]
+            timed: list[tuple[int, WordTime]] = []
+            if params.timestamps:
+                if run.durations is None:
+                    raise TimestampsUnavailable(
+                        f"voice {self.engines.manifest.voice!r} engine version "
+                        f"{self.engines.label} was compiled without phoneme durations: recompile "
+                        "it (`ttsvc compile`) for word timestamps", field="voice")  # fmt: skip
+                timed = self.word_times(sentence, run.durations, offset)
             length = total * self.hop + (0 if last_sentence else len(silence))
             if max_audio_s is not None and offset + length > max_audio_s * self.sample_rate:
                 raise AudioTooLong(f"the audio would pass the {max_audio_s:g} s a request may "
@@ -457,18 +476,40 @@ class Synthesizer:
             def chunk(
                 _start: int, end: int, audio: FloatArray,
                 index: int = index, last: bool = last_sentence, total: int = total,
+                timed: list[tuple[int, WordTime]] = timed,
             ) -> AudioChunk:  # fmt: skip
                 nonlocal offset
                 pcm = to_pcm16(audio)
                 sentence_end = end == total
                 if sentence_end and not last and len(silence):
                     pcm = np.concatenate([pcm, silence])
-                out = AudioChunk(pcm, offset, index, last=last and sentence_end)
+                words = tuple(w for first, w in timed if _start <= min(first, total - 1) < end)
+                out = AudioChunk(pcm, offset, index, last=last and sentence_end,
+                                 offset_s=offset / self.sample_rate, words=words)  # fmt: skip
                 offset += len(pcm)
                 return out
 
             # no look-ahead: each window is sent as soon as it is computed
             yield from self._window_steps(latents, schedule, chunk, budget, speaker)
+
+    def word_times(
+        self, sentence: Sentence, durations: IntArray, offset: int
+    ) -> list[tuple[int, WordTime]]:
+        """The sentence's words with their first frame, timed from the frames each phoneme id
+        lasts (``durations``) in a sentence whose audio starts at sample ``offset``.
+
+        A word starts where its first phoneme's id begins and ends where the pad after its last
+        phoneme ends: the frames the audio was made from, so speed is in them already, and
+        times are seconds at the voice's rate whatever rate the stream is resampled to.
+        """
+        bounds = np.concatenate([[0], np.cumsum(durations)])
+        frame_s, base = self.hop / self.sample_rate, offset / self.sample_rate
+        out = []
+        for word in sentence.words:
+            first, end = int(bounds[word.ids[0]]), int(bounds[word.ids[1]])
+            out.append((first, WordTime(word.text, base + first * frame_s, base + end * frame_s,
+                                        word.span)))  # fmt: skip
+        return out
 
     def stream(
         self,

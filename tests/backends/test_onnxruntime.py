@@ -6,13 +6,16 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from tests.engines_before import without_durations
 from ttsvc.backends.onnxruntime import load_engine_set, load_engine_spec
-from ttsvc.errors import EngineError, EngineIntegrityError
+from ttsvc.errors import EngineError, EngineIntegrityError, TimestampsUnavailable
 from ttsvc.repository.cache import EngineCache, snapshot
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest
+from ttsvc.synthesis import SynthesisParams, Synthesizer
 
 
 @pytest.fixture
@@ -85,3 +88,25 @@ def test_int8_vocoder_replaced_in_place_reports_int8(copy: Path, tmp_path: Path)
     engines = load_engine_spec(spec)
     assert load_manifest(copy).precision["vocoder"] == "fp32"
     assert engines.precision == {"acoustic": "fp32", "flow": "fp32", "vocoder": "int8"}
+
+
+def test_engines_compiled_before_durations_serve_audio_but_refuse_timestamps(
+    default_version: EngineVersion, tmp_path: Path
+) -> None:
+    """An engine version without the ``durations`` output (compiled before it was one) loads
+    and speaks as before; a stream that asks for word timestamps fails before any audio with a
+    409 on ``voice`` that says to recompile."""
+    old = load_engine_set(without_durations(default_version.path, tmp_path / "1"))
+    assert not old.manifest.durations
+    run = old.acoustic.run(np.asarray([[1, 0, 20, 0, 2]]), np.asarray([0.0, 1.0, 0.0], np.float32))
+    assert run.durations is None and run.latents.shape[2] > 0
+    synth = Synthesizer(old)
+    assert sum(len(c.samples) for c in synth.stream("Red, green.")) > 0
+    with pytest.raises(TimestampsUnavailable) as caught:
+        next(synth.stream("Red, green.", SynthesisParams(timestamps=True)))
+    assert (caught.value.status, caught.value.field) == (409, "voice")
+    assert "recompile" in caught.value.message
+    new = load_engine_set(default_version.path)
+    assert new.manifest.durations
+    ids, scales = np.asarray([[1, 0, 20, 0, 2]]), np.asarray([0.0, 1.0, 0.0], np.float32)
+    assert new.acoustic.run(ids, scales).durations is not None

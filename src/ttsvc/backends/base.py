@@ -28,6 +28,22 @@ SPEAKER_INPUT = "sid"
 every split engine that reads the speaker."""
 
 
+DURATIONS_OUTPUT = "durations"
+"""The sentence engine's output of frames per phoneme id (``ttsvc.compile.split``)."""
+
+
+@dataclass(frozen=True)
+class SentenceRun:
+    """What one sentence engine run gives: the latents, and where the engine has them, the
+    frames each phoneme id lasts (word timestamps are made of them)."""
+
+    latents: FloatArray
+    """``[1, C, T]``: the flow's input, or the decoder frames when there is no flow engine."""
+    durations: IntArray | None
+    """``[N]`` frames per input id, summing to ``T``; ``None`` for engines compiled without
+    them."""
+
+
 class AcousticEngine(Protocol):
     """Sentence-level part: phoneme ids → latents (text encoder, durations, noise).
 
@@ -38,6 +54,10 @@ class AcousticEngine(Protocol):
     def latents(self, ids: IntArray, scales: FloatArray, speaker: int = 0) -> FloatArray:
         """Return latents ``[1, C, T]`` for ids ``[1, N]`` and scales ``[3]``: the flow's input,
         or the decoder frames themselves when there is no flow engine."""
+        ...
+
+    def run(self, ids: IntArray, scales: FloatArray, speaker: int = 0) -> SentenceRun:
+        """The latents of ``latents`` and, from the same run, each id's frame count."""
         ...
 
 

@@ -15,7 +15,15 @@ from typing import BinaryIO
 import numpy as np
 import onnxruntime as ort
 
-from ttsvc.backends.base import SPEAKER_INPUT, EngineSet, EngineSource, FloatArray, IntArray
+from ttsvc.backends.base import (
+    DURATIONS_OUTPUT,
+    SPEAKER_INPUT,
+    EngineSet,
+    EngineSource,
+    FloatArray,
+    IntArray,
+    SentenceRun,
+)
 from ttsvc.errors import EngineError
 from ttsvc.protocol import EngineSpec
 from ttsvc.repository.manifest import Manifest, cpu_fingerprint
@@ -98,12 +106,22 @@ class OrtAcoustic(_SpeakerFeed):
         super().__init__(session)
         self._session = session
         self._output = session.get_outputs()[0].name  # "latents", or "frames" without a flow
+        names = {o.name for o in session.get_outputs()}
+        # engines compiled before durations were an output still serve, without timestamps
+        self._outputs = [self._output, *([DURATIONS_OUTPUT] if DURATIONS_OUTPUT in names else [])]
 
     def latents(self, ids: IntArray, scales: FloatArray, speaker: int = 0) -> FloatArray:
         lengths = np.array([ids.shape[1]], dtype=np.int64)
         feed = self.feed({"input": ids, "input_lengths": lengths, "scales": scales}, speaker)
         out = self._session.run([self._output], feed)
         return np.asarray(out[0], dtype=np.float32)
+
+    def run(self, ids: IntArray, scales: FloatArray, speaker: int = 0) -> SentenceRun:
+        lengths = np.array([ids.shape[1]], dtype=np.int64)
+        feed = self.feed({"input": ids, "input_lengths": lengths, "scales": scales}, speaker)
+        out = self._session.run(self._outputs, feed)
+        durations = np.asarray(out[1], dtype=np.int64).reshape(-1) if len(out) > 1 else None
+        return SentenceRun(np.asarray(out[0], dtype=np.float32), durations)
 
 
 class OrtFlow(_SpeakerFeed):

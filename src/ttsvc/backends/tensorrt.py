@@ -37,7 +37,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ttsvc.backends.base import EngineSet, EngineSource, FloatArray, IntArray, run_in_windows
+from ttsvc.backends.base import (
+    DURATIONS_OUTPUT,
+    EngineSet,
+    EngineSource,
+    FloatArray,
+    IntArray,
+    SentenceRun,
+    run_in_windows,
+)
 from ttsvc.compile.profiles import TensorProfile
 from ttsvc.errors import BackendUnavailable, EngineError, GraphShapeError, TextTooLong
 from ttsvc.repository.manifest import Manifest
@@ -518,6 +526,9 @@ class TrtAcoustic:
         self._output = "latents" if "latents" in engine.io.outputs else "frames"
 
     def latents(self, ids: IntArray, scales: FloatArray, speaker: int = 0) -> FloatArray:
+        return self.run(ids, scales, speaker).latents
+
+    def run(self, ids: IntArray, scales: FloatArray, speaker: int = 0) -> SentenceRun:
         _single_speaker(speaker)
         if ids.shape[1] > self._seq_len:
             raise TextTooLong(
@@ -526,7 +537,11 @@ class TrtAcoustic:
             )
         lengths = np.array([ids.shape[1]], dtype=np.int64)
         out = self._engine.run({"input": ids, "input_lengths": lengths, "scales": scales})
-        return np.asarray(out[self._output], dtype=np.float32)
+        durations = out.get(DURATIONS_OUTPUT)  # absent from plans built before it was an output
+        return SentenceRun(
+            np.asarray(out[self._output], dtype=np.float32),
+            None if durations is None else np.asarray(durations, dtype=np.int64).reshape(-1),
+        )
 
 
 MULTI_SPEAKER_UNSUPPORTED = (

@@ -673,6 +673,7 @@ def _manifest(
         files=files,
         runtime=runtime,
         source={"checkpoint": opts.checkpoint.name, "sha256": sha256_file(opts.checkpoint)},
+        durations=split.durations is not None,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
 

@@ -9,7 +9,12 @@ graph's structure, not from the default voice's tensor names, so any Piper/VITS 
   back from the first ``ConvTranspose`` (the first upsampling layer) through activations;
 * the **flow input** (z_p) is the furthest tensor before the decoder that every frame-level path
   passes through, such that everything between it and the decoder is frame-local (convolutions,
-  element-wise ops) and reads nothing else but the frame mask.
+  element-wise ops) and reads nothing else but the frame mask;
+* the **durations** (frames per phoneme id, VITS's ``w_ceil``) are the rounded-up (``Ceil``)
+  tensor whose cumulative sum (``CumSum``) builds the alignment path that expands the text
+  encoder's output to frames. The sentence engine outputs them beside its latents (as int32
+  ``durations [1, 1, N]``), so word timestamps come from the very frame counts the audio was
+  made with.
 
 Multi-speaker voices (Piper's ``sid`` input) condition the duration predictor, every flow
 coupling layer and the decoder on ``g = emb_g[sid]``, one vector for the whole utterance. Tensors
@@ -71,6 +76,9 @@ class GraphSplit:
     speaker_readers: frozenset[str] = frozenset()
     """Which engines (``acoustic``, ``flow``, ``vocoder``) read the speaker input: empty for a
     single-speaker voice."""
+    durations: str | None = None
+    """Frames per input id ``[1, 1, N]`` (float, whole numbers) before the length regulator;
+    ``None`` when the graph has no such tensor (no word timestamps then)."""
 
 
 class _Graph:
@@ -164,6 +172,32 @@ def _decoder_input(g: _Graph) -> str:
     return str(node.input[0])
 
 
+def _durations(g: _Graph, latent: str) -> str | None:
+    """The frames-per-id tensor feeding the alignment path of ``latent``, if there is one.
+
+    VITS rounds the predicted durations up (``Ceil``) and turns their cumulative sum into the
+    path that repeats each id's encoder output for its frames; the stochastic duration
+    predictor's own ``CumSum`` (inside its spline flows) reads no ``Ceil``, so it is not taken.
+    Only a tensor the latent depends on counts: it is the one the audio's frames came from.
+    """
+    ancestors, todo = set(), deque([latent])
+    while todo:
+        name = todo.popleft()
+        if name in ancestors or not name:
+            continue
+        ancestors.add(name)
+        node = g.producer.get(name)
+        if node is not None:
+            todo.extend(node.input)
+    for node in g.graph.node:
+        if node.op_type != "CumSum" or node.output[0] not in ancestors:
+            continue
+        source = g.producer.get(node.input[0])
+        if source is not None and source.op_type == "Ceil":
+            return str(source.output[0])
+    return None
+
+
 def find_split(model: onnx.ModelProto, split_at: SplitPoint = "flow") -> GraphSplit:
     """Locate the cut between sentence-level and frame-level parts of a VITS voice graph."""
     g = _Graph(model.graph)
@@ -178,7 +212,8 @@ def find_split(model: onnx.ModelProto, split_at: SplitPoint = "flow") -> GraphSp
         readers = {"acoustic": g.reads_speaker(dec_in, set()),
                    "vocoder": g.reads_speaker(output, {dec_in})}  # fmt: skip
         return GraphSplit(tuple(g.inputs), dec_in, None, None, output, split_at,
-                          frozenset(k for k, v in readers.items() if v))  # fmt: skip
+                          frozenset(k for k, v in readers.items() if v),
+                          _durations(g, dec_in))  # fmt: skip
 
     masked = g.producer.get(dec_in)
     if masked is None or masked.op_type != "Mul":
@@ -202,7 +237,8 @@ def find_split(model: onnx.ModelProto, split_at: SplitPoint = "flow") -> GraphSp
         "vocoder": g.reads_speaker(output, {dec_in}),
     }
     return GraphSplit(tuple(g.inputs), dec_in, latent, mask, output, split_at,
-                      frozenset(k for k, v in readers.items() if v))  # fmt: skip
+                      frozenset(k for k, v in readers.items() if v),
+                      _durations(g, latent))  # fmt: skip
 
 
 def extract(model: onnx.ModelProto, inputs: list[str], outputs: list[str]) -> onnx.ModelProto:
@@ -220,7 +256,8 @@ class SplitEngines:
     """The engines a voice graph is cut into, with stable boundary tensor names.
 
     ``acoustic`` (sentence level): ids, lengths, scales → ``latents`` + ``mask`` (flow split) or
-    → ``frames`` (decoder split). ``flow`` (flow split only): ``latents`` + ``mask`` →
+    → ``frames`` (decoder split), then ``durations`` (int32 ``[1, 1, N]``, frames per id) when the
+    graph has them. ``flow`` (flow split only): ``latents`` + ``mask`` →
     ``frames``. ``vocoder``: ``frames`` → ``output`` waveform. Flow and vocoder are frame-local
     and run over windows; they are separate engines because their context needs differ: the
     flow is cheap with a wide receptive field, the decoder costly with a narrow one. In a
@@ -245,20 +282,44 @@ def split_model(model: onnx.ModelProto, split_at: SplitPoint = "flow") -> SplitE
         return [*tensors, SPEAKER_INPUT] if engine in split.speaker_readers else tensors
 
     sentence = [i for i in split.sentence_inputs if i != SPEAKER_INPUT]
+    timed = [split.durations] if split.durations is not None else []
     if split.latent is not None and split.mask is not None:
         names |= {split.latent: "latents", split.mask: "mask"}
-        acoustic = extract(model, inputs("acoustic", sentence), [split.latent, split.mask])
+        acoustic = extract(model, inputs("acoustic", sentence), [split.latent, split.mask, *timed])
         flow: onnx.ModelProto | None = extract(
             model, inputs("flow", [split.latent, split.mask]), [split.decoder_input]
         )
     else:
-        acoustic = extract(model, inputs("acoustic", sentence), [split.decoder_input])
+        acoustic = extract(model, inputs("acoustic", sentence), [split.decoder_input, *timed])
         flow = None
+    if split.durations is not None:
+        _output_durations(acoustic, split.durations)
     vocoder = extract(model, inputs("vocoder", [split.decoder_input]), [split.output])
     for engine in (acoustic, flow, vocoder):
         if engine is not None:
             _rename(engine, names)
     return SplitEngines(acoustic, flow, vocoder, split)
+
+
+DURATIONS = "durations"
+"""The sentence engine's output of frames per input id (int32 ``[1, 1, N]``)."""
+
+
+def _output_durations(acoustic: onnx.ModelProto, tensor: str) -> None:
+    """Replace the float ``tensor`` output by its int32 copy named ``DURATIONS``.
+
+    Integers because they are counts (and TensorRT takes int32 outputs as readily as ONNX
+    Runtime); a cast of whole numbers below 2**24 is exact.
+    """
+    graph = acoustic.graph
+    cast = onnx.helper.make_node("Cast", [tensor], [DURATIONS], to=onnx.TensorProto.INT32,
+                                 name="durations_cast")  # fmt: skip
+    graph.node.append(cast)
+    kept = [out for out in graph.output if out.name != tensor]
+    del graph.output[:]
+    graph.output.extend(kept)
+    graph.output.append(onnx.helper.make_tensor_value_info(DURATIONS, onnx.TensorProto.INT32,
+                                                           [1, 1, "ids"]))  # fmt: skip
 
 
 def _rename(model: onnx.ModelProto, names: dict[str, str]) -> None:

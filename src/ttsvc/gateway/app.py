@@ -132,6 +132,14 @@ class SpeechOrder:
     """The served voice (resolved from the request's name or alias)."""
     speaker: int | None = None
     """Its speaker id (resolved from a name), ``None`` for its first."""
+    timestamps: bool = False
+    """Ask the worker for word timestamps (``AudioChunkMsg.words``)."""
+
+
+SpeakerLookup = Callable[[str, "int | str | None"], Awaitable["int | None"]]
+"""A voice's speaker id for a request's ``speaker`` (a 422 naming the speakers if none)."""
+Respond = Callable[["SynthesisExchange", AudioChunkMsg, Encoder, dict[str, str]], Response]
+"""Makes the streamed response of a route with its own body (``gateway.captions``)."""
 
 
 @dataclass
@@ -209,7 +217,7 @@ class GatewayState:
         raise UnknownVoice(f"unknown voice {name!r}; served: {served or 'none'}", field="voice")
 
 
-SYNTHESIS_PATHS = ("/synthesize", "/v1/audio/speech")
+SYNTHESIS_PATHS = ("/synthesize", "/v1/audio/speech", "/synthesize/with-timestamps")
 """Routes whose every request ends in exactly one completion log line."""
 
 _HTTP_TYPES = {400: "invalid_json", 404: "not_found", 405: "method_not_allowed"}
@@ -595,6 +603,9 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
     from ttsvc.gateway.stream_ws import install as install_stream  # noqa: PLC0415
 
     install_stream(app, state, speaker)
+    from ttsvc.gateway.captions import add_timestamps_route  # noqa: PLC0415 - it imports this
+
+    add_timestamps_route(app, state, guarded, speaker)
 
     @app.get("/v1/models", dependencies=guarded)
     async def models() -> dict[str, object]:
@@ -1071,7 +1082,7 @@ async def start_exchange(
     job = SynthesisJob(uid, order.text, order.speed, order.noise_scale, order.noise_w,
                        order.sentence_silence, rate, settings.max_audio_s,
                        None if key is None else key.name, order.voice,
-                       order.speaker)  # fmt: skip
+                       order.speaker, order.timestamps)  # fmt: skip
     exchange = SynthesisExchange(state, request, pool, wid, job, qsize, gone)
     exchange.buffered = not order.stream
     exchange.ticket = ticket
@@ -1089,10 +1100,12 @@ async def start_exchange(
 
 
 async def _synthesize(
-    state: GatewayState, order: SpeechOrder, request: Request, framing: AudioBody | None = None
+    state: GatewayState, order: SpeechOrder, request: Request, framing: AudioBody | None = None,
+    respond: Respond | None = None,
 ) -> Response:
-    """The one path of both HTTP APIs: admit, dispatch, then stream (or gather) the encoded
-    audio, framed by ``framing`` (the audio as it is, or OpenAI's speech events)."""
+    """The one path of the HTTP APIs: admit, dispatch, then stream (or gather) the encoded
+    audio, framed by ``framing`` (the audio as it is, or OpenAI's speech events), or answered by
+    ``respond`` (a streamed body of the route's own)."""
     body = framing or AudioBody()
     exchange, first = await start_exchange(state, order, request)
     encoder = exchange.encoder
@@ -1106,6 +1119,8 @@ async def _synthesize(
         "Cache-Control": "no-store",
     }
     media = body.media_type or order.format.media_type(rate)
+    if respond is not None:
+        return respond(exchange, first, encoder, headers)
 
     if not order.stream:
         try:

@@ -77,6 +77,10 @@ class Manifest(BaseModel):
     layout: dict[str, str] = Field(default_factory=dict)
     """ONNX Runtime engines only: per engine, ``conv2d`` when its 1-D convolutions were lifted
     to 2-D ones (a faster kernel path; ``compile/layout.py``), else ``conv1d``."""
+    durations: bool = False
+    """The acoustic engine also outputs each phoneme id's frame count (``durations``), which
+    word timestamps are made of. False for engines compiled before it did: they serve audio
+    without timestamps."""
     created_at: str
 
 

@@ -23,13 +23,22 @@ Constraints this module keeps:
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from ttsvc.errors import NothingToSay
 
-__all__ = ["has_speakable", "normalize", "require_speakable"]
+__all__ = [
+    "Normalized",
+    "has_speakable",
+    "normalize",
+    "normalize_mapped",
+    "require_speakable",
+    "require_speakable_mapped",
+]
 
 # --------------------------------------------------------------------------------------------------
 # Number words. Written here rather than pulled from num2words: it is ~60 lines and the service
@@ -159,6 +168,138 @@ def _pluralize(words: str) -> str:
     return f"{head}{last}s"
 
 
+
+# --------------------------------------------------------------------------------------------------
+# Source spans. Word timestamps name the span of the request text each spoken word came from, so
+# every rewrite below edits a ``_Tracked`` text that keeps, per character, the span of the
+# original text it stands for: kept characters keep theirs, a rewritten match ("$12.50" ->
+# "twelve dollars and fifty cents") gives each of its new characters the span of the whole match.
+
+Span = tuple[int, int]
+Edit = tuple[int, int, str]
+"""Replace ``text[start:end]`` with the string."""
+
+
+@dataclass(frozen=True)
+class Normalized:
+    """Normalized text with, per character, the ``[start, end)`` span of the text it came from."""
+
+    text: str
+    spans: tuple[Span, ...]
+
+    def source(self, start: int, end: int) -> Span:
+        """The span of the original text that ``text[start:end]`` came from."""
+        if start >= end:
+            at = self.spans[start][0] if start < len(self.spans) else self._end()
+            return at, at
+        covered = self.spans[start:end]
+        return min(a for a, _ in covered), max(b for _, b in covered)
+
+    def _end(self) -> int:
+        return self.spans[-1][1] if self.spans else 0
+
+
+_WORD_RE = re.compile(r"\w+")
+
+
+class _Tracked:
+    """A text being rewritten, with the source span of each of its characters (``track``; not
+    kept otherwise: plain ``normalize`` pays nothing for them)."""
+
+    def __init__(self, text: str, track: bool = True) -> None:
+        self.text = text
+        self.track = track
+        self.spans: list[Span] = [(i, i + 1) for i in range(len(text))] if track else []
+
+    def edit(self, edits: Iterable[Edit]) -> None:
+        """Apply non-overlapping ``edits`` in increasing order of position."""
+        out: list[str] = []
+        spans: list[Span] = []
+        pos = 0
+        for start, end, new in edits:
+            out.append(self.text[pos:start])
+            out.append(new)
+            if self.track:
+                spans.extend(self.spans[pos:start])
+                spans.extend(self._new_spans(start, end, new))
+            pos = end
+        if not out:
+            return
+        out.append(self.text[pos:])
+        self.text = "".join(out)
+        if self.track:
+            spans.extend(self.spans[pos:])
+            self.spans = spans
+
+    def _new_spans(self, start: int, end: int, new: str) -> list[Span]:
+        """Spans for ``new`` replacing ``text[start:end]``: a word of ``new`` written the same in
+        the replaced text keeps its own span ("J. R." -> "J R"), anything else the whole's."""
+        if start < end:
+            covered = self.spans[start:end]
+            whole = (min(a for a, _ in covered), max(b for _, b in covered))
+        else:  # an insertion: zero width where it was inserted
+            at = self.spans[start][0] if start < len(self.spans) else (
+                self.spans[-1][1] if self.spans else 0)  # fmt: skip
+            whole = (at, at)
+        spans = [whole] * len(new)
+        old, cursor = self.text[start:end], 0
+        for word in _WORD_RE.finditer(new):
+            found = old.find(word.group(0), cursor)
+            if found < 0:
+                continue
+            for k in range(len(word.group(0))):
+                spans[word.start() + k] = self.spans[start + found + k]
+            cursor = found + len(word.group(0))
+        return spans
+
+    def sub(self, pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str]) -> None:
+        """``pattern.sub(repl, text)``, tracked."""
+        render = repl if callable(repl) else (lambda _m: repl)
+        self.edit((m.start(), m.end(), render(m)) for m in pattern.finditer(self.text))
+
+    def chars(self, mapping: Callable[[str], str | None]) -> None:
+        """Replace single characters: ``mapping`` gives the replacement, ``None`` to keep one."""
+        edits = []
+        for i, ch in enumerate(self.text):
+            new = mapping(ch)
+            if new is not None and new != ch:
+                edits.append((i, i + 1, new))
+        self.edit(edits)
+
+    def strip(self) -> None:
+        kept = self.text.strip()
+        if kept == self.text:
+            return
+        start = len(self.text) - len(self.text.lstrip())
+        self.edit([(0, start, ""), (start + len(kept), len(self.text), "")])
+
+    def nfc(self) -> None:
+        """Unicode NFC, run by runs that start at a character of combining class 0 (only those
+        change); the whole text at once where that would not give NFC's exact result."""
+        target = unicodedata.normalize("NFC", self.text)
+        if target == self.text:
+            return
+        if not self.track:
+            self.text = target
+            return
+        edits: list[Edit] = []
+        starts = [i for i, ch in enumerate(self.text) if unicodedata.combining(ch) == 0]
+        bounds = [0, *[i for i in starts if i > 0], len(self.text)]
+        for a, b in itertools.pairwise(bounds):
+            run = self.text[a:b]
+            composed = unicodedata.normalize("NFC", run)
+            if composed != run:
+                edits.append((a, b, composed))
+        trial = _Tracked(self.text)
+        trial.spans = list(self.spans)
+        trial.edit(edits)
+        if trial.text != target:
+            trial = _Tracked(self.text)
+            trial.spans = list(self.spans)
+            trial.edit([(0, len(self.text), target)])
+        self.text, self.spans = trial.text, trial.spans
+
+
 # --------------------------------------------------------------------------------------------------
 # Patterns. ASCII digits only: digits of other scripts are left for espeak's own language rules.
 
@@ -286,24 +427,23 @@ _DROP_PUNCTUATION = frozenset("#%*/\\_|~^`<>{}§¶†‡•‰‱′″‴※·"
 Render = Callable[["re.Match[str]"], "str | None"]
 
 
-def _substitute(pattern: re.Pattern[str], render: Render, text: str) -> str:
+def _substitute(pattern: re.Pattern[str], render: Render, text: _Tracked) -> None:
     """Replace each match with its spoken form, keeping words apart ("B12" -> "B twelve").
 
     ``render`` returns None to leave a match as written (an impossible date, say).
     """
-
-    def replace(match: re.Match[str]) -> str:
+    edits: list[Edit] = []
+    for match in pattern.finditer(text.text):
         spoken = render(match)
         if spoken is None:
-            return match.group(0)
+            continue
         source, start, end = match.string, match.start(), match.end()
         if start > 0 and source[start - 1].isalnum():
             spoken = " " + spoken
         if end < len(source) and source[end].isalnum():
             spoken += " "
-        return spoken
-
-    return pattern.sub(replace, text)
+        edits.append((start, end, spoken))
+    text.edit(edits)
 
 
 def _kept_period(text: str, end: int, terminal: bool) -> str:
@@ -548,53 +688,54 @@ def _is_selector(ch: str) -> bool:
     return 0xFE00 <= ord(ch) <= 0xFE0F or 0xE0100 <= ord(ch) <= 0xE01EF
 
 
-def _clean(text: str) -> str:
+def _clean(text: _Tracked) -> None:
     """NFC; controls, invisible format characters and selectors out; whitespace folded."""
-    out: list[str] = []
+    text.nfc()
+    edits: list[Edit] = []
     on_letter = False
-    for ch in unicodedata.normalize("NFC", text):
+    for i, ch in enumerate(text.text):
         category = unicodedata.category(ch)
         if ch.isspace():
-            out.append(" ")
+            if ch != " ":
+                edits.append((i, i + 1, " "))
         elif category in ("Cc", "Cf", "Cs", "Me") or _is_selector(ch):
+            edits.append((i, i + 1, ""))
             continue
         elif category[0] == "M":
             # Only a letter carries a mark through the rewrites below. On a digit, symbol or
             # nothing it would end up glued to whatever word replaces its neighbour.
-            if on_letter:
-                out.append(ch)
-            else:
-                out.append(" ")
+            if not on_letter:
+                edits.append((i, i + 1, " "))
             continue
         elif ch == "−":  # U+2212 MINUS SIGN: one spelling of minus for the number patterns
-            out.append("-")
-        else:
-            out.append(ch)
+            edits.append((i, i + 1, "-"))
         on_letter = ch.isalpha()
-    return _WS_RE.sub(" ", "".join(out)).strip()
+    text.edit(edits)
+    text.sub(_WS_RE, " ")
+    text.strip()
 
 
-def _drop_unspeakable(text: str) -> str:
+def _drop_unspeakable(text: _Tracked) -> None:
     """Symbols, emoji and unassigned or private code points become spaces.
 
     A combining mark is kept only on a letter or digit: stranded (its emoji base dropped, say) it
     would otherwise be read as a character name or break the phonemizer's word segmentation.
     """
-    out: list[str] = []
+    edits: list[Edit] = []
     on_base = False
-    for ch in text:
+    for i, ch in enumerate(text.text):
         category = unicodedata.category(ch)
         if category[0] == "M":
             # A space, not nothing, so the neighbours of a stranded mark stay apart.
-            out.append(ch if on_base else " ")
+            if not on_base:
+                edits.append((i, i + 1, " "))
             continue
         if category[0] == "S" or category in ("Co", "Cn", "Cs") or ch in _DROP_PUNCTUATION:
-            out.append(" ")
+            edits.append((i, i + 1, " "))
             on_base = False
             continue
-        out.append(ch)
         on_base = ch.isalnum()
-    return "".join(out)
+    text.edit(edits)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -622,7 +763,7 @@ def _in_word(ch: str) -> bool:
     return ch.isalnum() or unicodedata.category(ch)[0] == "M"
 
 
-def _bound_words(text: str) -> str:
+def _bound_words(text: _Tracked) -> None:
     """Cut every run of more than ``_MAX_WORD_CHARS`` non-space characters with spaces."""
 
     def cut(match: re.Match[str]) -> str:
@@ -637,7 +778,7 @@ def _bound_words(text: str) -> str:
         pieces.append(run[start:])
         return " ".join(pieces)
 
-    return _NON_SPACE_RUN_RE.sub(cut, text)
+    text.sub(_NON_SPACE_RUN_RE, cut)
 
 
 def _ends_clause(text: str, start: int, end: int) -> bool:
@@ -648,14 +789,14 @@ def _ends_clause(text: str, start: int, end: int) -> bool:
     )
 
 
-def _bound_dotted_letters(text: str) -> str:
+def _bound_dotted_letters(tracked: _Tracked) -> None:
     """Break chains of more than ``_MAX_DOTTED_LETTERS`` dot-joined single letters with ", ".
 
     A single letter is one with no letter, digit or mark on either side. The comma ends espeak-ng's
     clause, and with it the abbreviation it was collecting.
     """
-    out: list[str] = []
-    copied = 0  # text[:copied] is in out
+    text = tracked.text
+    edits: list[Edit] = []
     chain = 0
     previous = -1  # index just past the previous single letter; -1: none yet
     last = len(text) - 1
@@ -675,12 +816,10 @@ def _bound_dotted_letters(text: str) -> str:
         elif chain < _MAX_DOTTED_LETTERS:
             chain += 1
         else:
-            out.append(text[copied:previous])
-            out.append(", ")
-            copied, chain = i, 1
+            edits.append((previous, i, ", "))
+            chain = 1
         previous = i + 1
-    out.append(text[copied:])
-    return "".join(out)
+    tracked.edit(edits)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -718,16 +857,29 @@ def normalize(text: str) -> str:
 
     Never raises; may return "" when nothing speakable is left (see :func:`require_speakable`).
     """
-    text = _clean(text)
+    return _normalize(_Tracked(text, track=False)).text
+
+
+def normalize_mapped(text: str) -> Normalized:
+    """``normalize(text)`` with the span of ``text`` each of its characters came from."""
+    tracked = _normalize(_Tracked(text))
+    return Normalized(tracked.text, tuple(tracked.spans))
+
+
+def _normalize(tracked: _Tracked) -> _Tracked:
+    _clean(tracked)
     for pattern, render in _PASSES:
-        text = _substitute(pattern, render, text)
-    text = _drop_unspeakable(text)
-    text = _WS_RE.sub(" ", text)
-    text = _SPACE_BEFORE_PUNCT_RE.sub("", text)
+        _substitute(pattern, render, tracked)
+    _drop_unspeakable(tracked)
+    tracked.sub(_WS_RE, " ")
+    tracked.sub(_SPACE_BEFORE_PUNCT_RE, "")
     # "1,2,3" became "one,two,three": give the phonemizer the pause a reader would make.
-    text = _WORD_COMMA_RE.sub(", ", text)
-    text = unicodedata.normalize("NFC", text).strip()
-    return _bound_dotted_letters(_bound_words(text))
+    tracked.sub(_WORD_COMMA_RE, ", ")
+    tracked.nfc()
+    tracked.strip()
+    _bound_words(tracked)
+    _bound_dotted_letters(tracked)
+    return tracked
 
 
 def _speakable(normalized: str) -> bool:
@@ -745,7 +897,12 @@ def require_speakable(text: str) -> str:
     Raised up front so a request of only emoji or punctuation fails with a clear 422 instead of
     producing a silent (or empty) audio stream.
     """
-    normalized = normalize(text)
-    if not _speakable(normalized):
+    return require_speakable_mapped(text, track=False).text
+
+
+def require_speakable_mapped(text: str, track: bool = True) -> Normalized:
+    """``normalize_mapped(text)`` (spans only if ``track``), or :class:`NothingToSay`."""
+    tracked = _normalize(_Tracked(text, track))
+    if not _speakable(tracked.text):
         raise NothingToSay("text has nothing to speak after normalization", field="text")
-    return normalized
+    return Normalized(tracked.text, tuple(tracked.spans))

@@ -28,7 +28,7 @@ import numpy as np
 from ttsvc.backends.base import BatchFlowEngine, BatchVocoderEngine, EngineSet, FloatArray
 from ttsvc.errors import EngineError
 from ttsvc.protocol import FromWorker
-from ttsvc.synthesis import AudioChunk, FrameCall, Synthesizer
+from ttsvc.synthesis import Answer, AudioChunk, FrameCall, Synthesizer
 from ttsvc.worker.compute import StreamScheduler, _Stream
 
 
@@ -127,6 +127,7 @@ class BatchStreamScheduler(StreamScheduler):
         started = time.perf_counter()
         try:
             engines = batch[0].synth.engines
+            answers: Sequence[Answer]
             if len(calls) == 1:
                 answers = [batch[0].synth.run_call(calls[0])]
             else:
@@ -162,7 +163,7 @@ class BatchStreamScheduler(StreamScheduler):
     def _advance(
         self,
         stream: _Stream,
-        answer: FloatArray | None,
+        answer: Answer | None,
         elapsed: float,
         send: Callable[[FromWorker], None],
     ) -> None:

@@ -148,6 +148,7 @@ class StreamScheduler:
             noise_w=job.noise_w,
             sentence_silence=job.sentence_silence,
             speaker=job.speaker,
+            timestamps=job.timestamps,
         )
 
     def _start(self, stream: _Stream) -> Iterator[AudioChunk]:
@@ -218,7 +219,8 @@ class StreamScheduler:
         if stream.started_at is not None and stream.samples_sent == len(chunk.samples):
             queued = stream.started_at - stream.arrived  # the first chunk reports the wait
         label = stream.synth.engines.label
-        send(AudioChunkMsg(stream.job.uid, pcm, chunk.offset, label, elapsed, queued))
+        send(AudioChunkMsg(stream.job.uid, pcm, chunk.offset, label, elapsed, queued,
+                           chunk.offset_s, chunk.words))  # fmt: skip
         if chunk.last:
             self._done(stream, send)
 

@@ -528,7 +528,7 @@ class DeadlineScheduler:
         assert pcm is not None
         data = pcm.astype("<i2").tobytes()
         send(AudioChunkMsg(stream.job.uid, data, chunk.offset, stream.synth.engines.label,
-                           elapsed, queued))  # fmt: skip
+                           elapsed, queued, chunk.offset_s, chunk.words))  # fmt: skip
 
     def _done(self, stream: _Live, send: Send) -> None:
         if stream.job.text and stream.samples_sent:

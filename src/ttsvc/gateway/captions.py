@@ -1,0 +1,127 @@
+"""``POST /synthesize/with-timestamps``: audio and word timestamps in one stream.
+
+Why this shape: captioning, karaoke-style highlighting and voice agents that get interrupted
+need to know which word is playing, in the same stream as the audio so nothing has to be matched
+up afterwards. Each line (JSON lines, or one SSE ``data:`` event each) carries a chunk of audio
+as base64, where it starts in the utterance (``offset_s``) and the words whose audio starts in
+it (``{word, start, end, text_span}``, seconds from the stream's start); the last line says the
+stream is complete. Like ElevenLabs' ``/stream/with-timestamps`` (JSON chunks of base64 audio
+plus alignment) and Kokoro-FastAPI's captioned speech (base64 audio plus word timestamps per
+chunk), but timed by word, not by character: the engine knows each phoneme's frames exactly and
+which words they say, while character times would be made up by spreading a word over its
+letters. ``text_span`` points into the request text, so words normalization made of one written
+form ("$12.50" -> "twelve dollars and fifty cents") say so by sharing its span.
+
+It is ``/synthesize`` in everything else: the same body (plus ``stream_format``), keys, quotas,
+admission, metrics and completion log line, through the gateway's one synthesis path.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from typing import Literal
+
+from fastapi import FastAPI, Request
+from fastapi.params import Depends
+from fastapi.responses import Response
+
+from ttsvc.audio.encode import FORMATS, Encoder
+from ttsvc.errors import InvalidParameter, TimestampsUnavailable
+from ttsvc.gateway.app import (
+    ExchangeStreamingResponse,
+    GatewayState,
+    SpeakerLookup,
+    SpeechOrder,
+    SynthesisExchange,
+    SynthesizeRequest,
+    _encode,
+    _rate,
+    _synthesize,
+)
+from ttsvc.gateway.hotswap import load_manifest_json
+from ttsvc.protocol import AudioChunkMsg
+
+PATH = "/synthesize/with-timestamps"
+MEDIA_TYPES = {"jsonl": "application/x-ndjson", "sse": "text/event-stream"}
+
+
+class TimestampedRequest(SynthesizeRequest):
+    """Body of ``POST /synthesize/with-timestamps``: ``/synthesize``'s, streamed always."""
+
+    format: Literal["wav", "pcm", "mulaw", "mp3", "opus", "flac"] = "pcm"
+    """Raw PCM16 by default: each line's audio then decodes on its own."""
+    stream_format: Literal["jsonl", "sse"] = "jsonl"
+    """JSON lines (``application/x-ndjson``) or server-sent events (``text/event-stream``)."""
+
+
+def chunk_json(msg: AudioChunkMsg, audio: bytes) -> dict[str, object]:
+    """One chunk as clients receive it: its encoded ``audio`` and the words starting in it."""
+    return {"audio": base64.b64encode(audio).decode("ascii"), "offset_s": round(msg.offset_s, 6),
+            "words": [w.to_json() for w in msg.words]}  # fmt: skip
+
+
+def _frame(stream_format: str, payload: dict[str, object]) -> bytes:
+    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    return f"data: {data}\n\n".encode() if stream_format == "sse" else f"{data}\n".encode()
+
+
+def _require_durations(state: GatewayState, voice: str) -> None:
+    """Refuse up front (409 on ``voice``) when the voice's serving engines have no durations;
+    a worker still refuses a stream whose engines turn out to lack them."""
+    swapper = state.catalog.get(voice) if state.catalog is not None else None
+    if swapper is None or swapper.current is None:
+        return
+    manifest = load_manifest_json(swapper.current.manifest)
+    if not manifest.durations:
+        raise TimestampsUnavailable(
+            f"voice {voice!r} engine version {swapper.current.label} was compiled without "
+            "phoneme durations: recompile it (`ttsvc compile`) for word timestamps",
+            field="voice",
+        )
+
+
+def add_timestamps_route(
+    app: FastAPI, state: GatewayState, guarded: list[Depends], speaker: SpeakerLookup
+) -> None:
+    """Register the route on ``app`` (``speaker``: the app's speaker-name lookup)."""
+
+    @app.post(PATH, dependencies=guarded)
+    async def with_timestamps(body: TimestampedRequest, request: Request) -> Response:
+        request.state.format = body.format
+        voice = state.resolve_voice(body.voice)
+        fmt = FORMATS[body.format]
+        if body.stream is False or not fmt.streams:
+            raise InvalidParameter(
+                f"audio with timestamps is streamed: {body.format} with stream "
+                f"{body.stream} is not (use pcm, wav, mp3, opus or mulaw)",
+                field="format" if not fmt.streams else "stream",
+            )
+        _require_durations(state, voice)
+        order = SpeechOrder(body.text, body.speed, body.noise_scale, body.noise_w,
+                            body.sentence_silence, _rate(fmt, body.sample_rate), fmt, True,
+                            "timestamps", voice, await speaker(voice, body.speaker),
+                            timestamps=True)  # fmt: skip
+        stream_format = body.stream_format
+
+        def respond(exchange: SynthesisExchange, first: AudioChunkMsg, encoder: Encoder,
+                    headers: dict[str, str]) -> Response:  # fmt: skip
+            async def lines() -> AsyncIterator[bytes]:
+                yield _frame(stream_format, chunk_json(first, await _encode(encoder, first.pcm)))
+                async for msg in exchange.rest():
+                    exchange.received(msg)
+                    yield _frame(stream_format, chunk_json(msg, await _encode(encoder, msg.pcm)))
+                if exchange.failure is not None:
+                    return  # cut: a failed stream must not look finished (no final line)
+                if tail := await _encode(encoder, None):  # what a codec held back
+                    yield _frame(stream_format, {"audio": base64.b64encode(tail).decode("ascii"),
+                                                 "offset_s": round(exchange.audio_s, 6),
+                                                 "words": []})  # fmt: skip
+                yield _frame(stream_format, {"done": True,
+                                             "audio_s": round(exchange.audio_s, 6)})  # fmt: skip
+
+            return ExchangeStreamingResponse(exchange, lines(), MEDIA_TYPES[stream_format],
+                                             headers)  # fmt: skip
+
+        return await _synthesize(state, order, request, respond=respond)

@@ -1,0 +1,128 @@
+"""``POST /synthesize/with-timestamps`` on a real `ttsvc serve`: base64 audio and word times in one
+stream (JSON lines or SSE), the same audio ``/synthesize`` sends, the same accounting, and a 409
+naming ``voice`` for engines compiled before they had phoneme durations."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.engines_before import without_durations
+from tests.gateway.serving import Server
+from ttsvc.repository.layout import EngineVersion
+
+PATH = "/synthesize/with-timestamps"
+TEXT = "It costs $12.50 today. Red, green and blue!"
+STILL = {"noise_scale": 0.0, "noise_w": 0.0}
+RATE = 22050
+
+
+@pytest.fixture(scope="module")
+def server(default_version: EngineVersion, engines_root: Path) -> Iterator[Server]:
+    srv = Server(engines_root, "--workers", "1")
+    srv.wait_ready(1)
+    yield srv
+    srv.stop()
+
+
+def lines(response: httpx.Response) -> list[dict[str, object]]:
+    body = response.text
+    if response.headers["content-type"].startswith("text/event-stream"):
+        events = [e for e in body.split("\n\n") if e]
+        assert all(e.startswith("data: ") for e in events)
+        return [json.loads(e.removeprefix("data: ")) for e in events]
+    assert body.endswith("\n")
+    return [json.loads(line) for line in body.splitlines()]
+
+
+def chunks_and_words(
+    parsed: list[dict[str, object]],
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    *chunks, done = parsed
+    assert done["done"] is True
+    words = [w for c in chunks for w in c["words"]]  # type: ignore[attr-defined]
+    return chunks, words
+
+
+def test_lines_carry_the_audio_of_synthesize_and_its_words(server: Server) -> None:
+    r = server.client.post(PATH, json={"text": TEXT, **STILL})
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/x-ndjson"
+    assert r.headers["x-sample-rate"] == str(RATE)
+    chunks, words = chunks_and_words(lines(r))
+    audio = b"".join(base64.b64decode(str(c["audio"])) for c in chunks)
+    plain = server.synth(TEXT, format="pcm", **STILL)
+    assert plain.status_code == 200
+    assert audio == plain.content  # the same stream, only framed with its words
+    assert [w["word"] for w in words] == [
+        "It", "costs", "twelve", "dollars", "and", "fifty", "cents", "today", "Red", "green",
+        "and", "blue",
+    ]  # fmt: skip
+    assert {TEXT[slice(*w["text_span"])] for w in words[2:7]} == {"$12.50"}  # type: ignore[misc]
+    assert [TEXT[slice(*w["text_span"])] for w in words[-4:]] == ["Red", "green", "and", "blue"]  # type: ignore[misc]
+    sent = 0
+    for chunk in chunks:  # offsets in seconds match the audio before them, words their chunk
+        assert chunk["offset_s"] == pytest.approx(sent / 2 / RATE, abs=1e-6)
+        size = len(base64.b64decode(str(chunk["audio"])))
+        for word in chunk["words"]:  # type: ignore[attr-defined]
+            assert sent / 2 / RATE - 1e-6 <= word["start"] < (sent + size) / 2 / RATE
+            assert word["start"] < word["end"]
+        sent += size
+
+
+def test_sse_and_another_rate_keep_the_times(server: Server) -> None:
+    """Times are seconds of the utterance: resampled to 16 kHz, they do not move."""
+    native_chunks, native = chunks_and_words(
+        lines(server.client.post(PATH, json={"text": TEXT, **STILL}))
+    )
+    native_s = sum(len(base64.b64decode(str(c["audio"]))) for c in native_chunks) / 2 / RATE
+    r = server.client.post(PATH, json={"text": TEXT, "stream_format": "sse", "sample_rate": 16000,
+                                       **STILL})  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/event-stream")
+    chunks, words = chunks_and_words(lines(r))
+    assert words == native
+    audio = b"".join(base64.b64decode(str(c["audio"])) for c in chunks)
+    assert len(audio) / 2 / 16000 == pytest.approx(native_s, abs=0.002)
+    assert [c["offset_s"] for c in chunks] == [c["offset_s"] for c in native_chunks]
+
+
+def test_whole_file_requests_are_refused_on_the_field(server: Server) -> None:
+    r = server.client.post(PATH, json={"text": TEXT, "format": "flac"})
+    assert (r.status_code, r.json()["field"]) == (422, "format")
+    r = server.client.post(PATH, json={"text": TEXT, "stream": False})
+    assert (r.status_code, r.json()["field"]) == (422, "stream")
+
+
+def test_counted_like_synthesize(server: Server) -> None:
+    assert server.client.post(PATH, json={"text": "Hello."}).status_code == 200
+    server.wait_idle()
+    done = [json.loads(x) for x in server.log_lines() if '"event": "request"' in x]
+    assert any(d["status"] == "ok" and d["format"] == "pcm" and d["audio_s"] for d in done)
+    text = httpx.get(server.metrics_url, timeout=10).text
+    assert re.search(r'ttsvc_format_requests_total{api="timestamps",format="pcm"} [1-9]', text)
+
+
+def test_engines_without_durations_answer_409_and_still_serve_audio(
+    default_version: EngineVersion, tmp_path: Path
+) -> None:
+    root = tmp_path / "engines"
+    voice = default_version.path.parent.name
+    without_durations(default_version.path, root / voice / "1")
+    srv = Server(root, "--workers", "1")
+    try:
+        srv.wait_ready(1)
+        r = srv.client.post(PATH, json={"text": TEXT})
+        assert r.status_code == 409, r.text
+        body = r.json()
+        assert (body["type"], body["field"]) == ("timestamps_unavailable", "voice")
+        assert "recompile" in body["error"]
+        assert srv.synth(TEXT, format="pcm").status_code == 200
+    finally:
+        srv.stop()
