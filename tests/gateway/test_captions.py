@@ -123,6 +123,37 @@ def test_engines_without_durations_answer_409_and_still_serve_audio(
         body = r.json()
         assert (body["type"], body["field"]) == ("timestamps_unavailable", "voice")
         assert "recompile" in body["error"]
+        r = srv.client.post("/v1/audio/speech", json={
+            "model": "tts-1", "voice": "alloy", "input": TEXT, "stream_format": "sse",
+            "timestamps": True})  # fmt: skip
+        assert (r.status_code, r.json()["error"]["code"]) == (409, "timestamps_unavailable")
         assert srv.synth(TEXT, format="pcm").status_code == 200
     finally:
         srv.stop()
+
+
+def test_openai_speech_events_carry_the_same_words_when_asked(server: Server) -> None:
+    """``timestamps`` on /v1/audio/speech with ``stream_format: "sse"``: each delta carries its
+    offset and words, the words of /synthesize/with-timestamps (times are seconds, so 24 kHz
+    does not move them); without sse the field is refused."""
+    _, expected = chunks_and_words(lines(server.client.post(PATH, json={"text": TEXT, **STILL})))
+    body = {"model": "tts-1", "voice": "alloy", "input": TEXT, "response_format": "pcm",
+            "stream_format": "sse", "timestamps": True}  # fmt: skip
+    r = server.client.post("/v1/audio/speech", json=body)
+    assert r.status_code == 200, r.text
+    *deltas, done = lines(r)
+    assert done["type"] == "speech.audio.done"
+    assert all(d["type"] == "speech.audio.delta" and "offset_s" in d for d in deltas)
+    words = [w for d in deltas for w in d["words"]]  # type: ignore[attr-defined]
+    # OpenAI's speech has no noise settings (durations vary): the words and spans match, and
+    # each word starts inside the delta that carries it
+    assert [(w["word"], w["text_span"]) for w in words] == [
+        (w["word"], w["text_span"]) for w in expected]  # fmt: skip
+    # offsets are where each chunk starts in the utterance (the resampler's bytes lag them)
+    offsets = [float(d["offset_s"]) for d in deltas] + [float("inf")]  # type: ignore[arg-type]
+    assert offsets == sorted(offsets) and offsets[0] == 0.0
+    for delta, begin, end in zip(deltas, offsets, offsets[1:], strict=False):
+        for word in delta["words"]:  # type: ignore[attr-defined]
+            assert begin <= word["start"] < end
+    r = server.client.post("/v1/audio/speech", json={**body, "stream_format": "audio"})
+    assert (r.status_code, r.json()["error"]["param"]) == (422, "timestamps")

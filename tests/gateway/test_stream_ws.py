@@ -347,3 +347,28 @@ def test_a_shutdown_finishes_the_sentences_under_way_then_ends_the_session(
             assert abs((samples - silence) / 22050 - line["audio_s"]) < 0.001
     finally:
         srv.stop()
+
+
+def test_with_timestamps_audio_messages_carry_the_words_of_the_whole_text(
+    server: Server, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """``timestamps`` at start: each sentence's words come with the audio, on the session's
+    timeline (seconds from its first sample) and with spans into the session's whole text."""
+    srv, key = server, keys[1]["alice"]
+    with open_ws(srv, key) as ws:
+        send(ws, "start", timestamps=True, **DETERMINISTIC)
+        for token in re.findall(r"\S+\s*", TEXT):
+            send(ws, "append", text=token)
+        send(ws, "end")
+        messages = read_to_close(ws)
+    audio = [m for m in messages if m["type"] == "audio"]
+    words = [w for m in audio for w in m.get("words", [])]
+    spoken = [re.sub(r"\W", "", TEXT[slice(*w["text_span"])]) for w in words]
+    assert spoken == [re.sub(r"\W", "", t) for t in TEXT.split()]  # every word once, in order
+    assert [w["word"].lower() for w in words] == [s.lower() for s in spoken]
+    rate = 22050
+    for m in audio:  # a word starts in the message that carries it
+        begin = m["offset"] / rate
+        end = begin + len(base64.b64decode(m["audio"])) / 2 / rate
+        for w in m.get("words", []):
+            assert begin - 1e-3 <= w["start"] < end + 1e-3 and w["start"] < w["end"]

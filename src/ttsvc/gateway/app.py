@@ -57,6 +57,7 @@ from ttsvc.errors import (
     QueueTimeout,
     RequestTimeout,
     TextTooLong,
+    TimestampsUnavailable,
     TTSError,
     UnknownModel,
     UnknownVoice,
@@ -138,8 +139,6 @@ class SpeechOrder:
 
 SpeakerLookup = Callable[[str, "int | str | None"], Awaitable["int | None"]]
 """A voice's speaker id for a request's ``speaker`` (a 422 naming the speakers if none)."""
-Respond = Callable[["SynthesisExchange", AudioChunkMsg, Encoder, dict[str, str]], Response]
-"""Makes the streamed response of a route with its own body (``gateway.captions``)."""
 
 
 @dataclass
@@ -188,6 +187,20 @@ class GatewayState:
         if swapper is None or swapper.current is None:
             return 22050
         return load_manifest_json(swapper.current.manifest).sample_rate
+
+    def require_durations(self, voice: str) -> None:
+        """Refuse word timestamps up front (409 on ``voice``) when the voice's serving engines
+        were compiled without phoneme durations; a worker still refuses a stream whose engines
+        turn out to lack them."""
+        swapper = self.catalog.get(voice) if self.catalog is not None else None
+        if swapper is None or swapper.current is None:
+            return
+        if not load_manifest_json(swapper.current.manifest).durations:
+            raise TimestampsUnavailable(
+                f"voice {voice!r} engine version {swapper.current.label} was compiled without "
+                "phoneme durations: recompile it (`ttsvc compile`) for word timestamps",
+                field="voice",
+            )
 
     def frames_per_s(self, voice: str) -> float:
         """Acoustic frames ``voice`` generates per second of audio (its rate over its hop)."""
@@ -592,10 +605,17 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             raise FormatUnavailable("aac is not available (no AAC encoder here): use mp3, opus, "
                                     "flac, wav or pcm", field="response_format")  # fmt: skip
         fmt = FORMATS[body.response_format]
+        if body.timestamps:
+            if body.stream_format != "sse":
+                raise InvalidParameter("timestamps travel in speech events: set stream_format "
+                                       '"sse" (or use /synthesize/with-timestamps)',
+                                       field="timestamps")  # fmt: skip
+            state.require_durations(voice)
         order = SpeechOrder(body.input, body.speed, None, None, 0.2, OPENAI_RATE, fmt,
-                            _streamed(fmt, body.stream), "openai", voice)  # fmt: skip
+                            _streamed(fmt, body.stream), "openai", voice,
+                            timestamps=body.timestamps)  # fmt: skip
         if body.stream_format == "sse":
-            events = SpeechEventBody(len(body.input), state.frames_per_s(voice))
+            events = SpeechEventBody(len(body.input), state.frames_per_s(voice), body.timestamps)
             return await _synthesize(state, order, request, events)
         return await _synthesize(state, order, request)
 
@@ -1100,12 +1120,11 @@ async def start_exchange(
 
 
 async def _synthesize(
-    state: GatewayState, order: SpeechOrder, request: Request, framing: AudioBody | None = None,
-    respond: Respond | None = None,
+    state: GatewayState, order: SpeechOrder, request: Request, framing: AudioBody | None = None
 ) -> Response:
     """The one path of the HTTP APIs: admit, dispatch, then stream (or gather) the encoded
-    audio, framed by ``framing`` (the audio as it is, or OpenAI's speech events), or answered by
-    ``respond`` (a streamed body of the route's own)."""
+    audio, framed by ``framing`` (the audio as it is, OpenAI's speech events, or audio with word
+    timestamps)."""
     body = framing or AudioBody()
     exchange, first = await start_exchange(state, order, request)
     encoder = exchange.encoder
@@ -1119,8 +1138,6 @@ async def _synthesize(
         "Cache-Control": "no-store",
     }
     media = body.media_type or order.format.media_type(rate)
-    if respond is not None:
-        return respond(exchange, first, encoder, headers)
 
     if not order.stream:
         try:

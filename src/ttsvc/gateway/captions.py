@@ -20,27 +20,23 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator
 from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.params import Depends
 from fastapi.responses import Response
 
-from ttsvc.audio.encode import FORMATS, Encoder
-from ttsvc.errors import InvalidParameter, TimestampsUnavailable
+from ttsvc.audio.encode import FORMATS
+from ttsvc.errors import InvalidParameter
 from ttsvc.gateway.app import (
-    ExchangeStreamingResponse,
     GatewayState,
     SpeakerLookup,
     SpeechOrder,
-    SynthesisExchange,
     SynthesizeRequest,
-    _encode,
     _rate,
     _synthesize,
 )
-from ttsvc.gateway.hotswap import load_manifest_json
+from ttsvc.gateway.sse import AudioBody, event
 from ttsvc.protocol import AudioChunkMsg
 
 PATH = "/synthesize/with-timestamps"
@@ -62,24 +58,32 @@ def chunk_json(msg: AudioChunkMsg, audio: bytes) -> dict[str, object]:
             "words": [w.to_json() for w in msg.words]}  # fmt: skip
 
 
-def _frame(stream_format: str, payload: dict[str, object]) -> bytes:
-    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-    return f"data: {data}\n\n".encode() if stream_format == "sse" else f"{data}\n".encode()
+class CaptionBody(AudioBody):
+    """Each chunk's encoded audio with its offset and words, one JSON line (or SSE event) each;
+    a last line says the stream is complete. A failed stream is cut with no last line."""
 
+    def __init__(self, stream_format: str) -> None:
+        self.sse = stream_format == "sse"
+        self.media_type = MEDIA_TYPES[stream_format]
+        self._tail = b""
 
-def _require_durations(state: GatewayState, voice: str) -> None:
-    """Refuse up front (409 on ``voice``) when the voice's serving engines have no durations;
-    a worker still refuses a stream whose engines turn out to lack them."""
-    swapper = state.catalog.get(voice) if state.catalog is not None else None
-    if swapper is None or swapper.current is None:
-        return
-    manifest = load_manifest_json(swapper.current.manifest)
-    if not manifest.durations:
-        raise TimestampsUnavailable(
-            f"voice {voice!r} engine version {swapper.current.label} was compiled without "
-            "phoneme durations: recompile it (`ttsvc compile`) for word timestamps",
-            field="voice",
-        )
+    def _frame(self, payload: dict[str, object]) -> bytes:
+        if self.sse:
+            return event(payload)
+        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+    def audio(self, data: bytes, chunk: AudioChunkMsg | None) -> bytes:
+        if chunk is None:  # what a codec held back: it goes out with the end, at its offset
+            self._tail += data
+            return b""
+        return self._frame(chunk_json(chunk, data))  # even with no bytes yet: its words
+
+    def end(self, audio_s: float) -> bytes:
+        tail = b""
+        if self._tail:
+            tail = self._frame({"audio": base64.b64encode(self._tail).decode("ascii"),
+                                "offset_s": round(audio_s, 6), "words": []})  # fmt: skip
+        return tail + self._frame({"done": True, "audio_s": round(audio_s, 6)})
 
 
 def add_timestamps_route(
@@ -98,30 +102,9 @@ def add_timestamps_route(
                 f"{body.stream} is not (use pcm, wav, mp3, opus or mulaw)",
                 field="format" if not fmt.streams else "stream",
             )
-        _require_durations(state, voice)
+        state.require_durations(voice)
         order = SpeechOrder(body.text, body.speed, body.noise_scale, body.noise_w,
                             body.sentence_silence, _rate(fmt, body.sample_rate), fmt, True,
                             "timestamps", voice, await speaker(voice, body.speaker),
                             timestamps=True)  # fmt: skip
-        stream_format = body.stream_format
-
-        def respond(exchange: SynthesisExchange, first: AudioChunkMsg, encoder: Encoder,
-                    headers: dict[str, str]) -> Response:  # fmt: skip
-            async def lines() -> AsyncIterator[bytes]:
-                yield _frame(stream_format, chunk_json(first, await _encode(encoder, first.pcm)))
-                async for msg in exchange.rest():
-                    exchange.received(msg)
-                    yield _frame(stream_format, chunk_json(msg, await _encode(encoder, msg.pcm)))
-                if exchange.failure is not None:
-                    return  # cut: a failed stream must not look finished (no final line)
-                if tail := await _encode(encoder, None):  # what a codec held back
-                    yield _frame(stream_format, {"audio": base64.b64encode(tail).decode("ascii"),
-                                                 "offset_s": round(exchange.audio_s, 6),
-                                                 "words": []})  # fmt: skip
-                yield _frame(stream_format, {"done": True,
-                                             "audio_s": round(exchange.audio_s, 6)})  # fmt: skip
-
-            return ExchangeStreamingResponse(exchange, lines(), MEDIA_TYPES[stream_format],
-                                             headers)  # fmt: skip
-
-        return await _synthesize(state, order, request, respond=respond)
+        return await _synthesize(state, order, request, CaptionBody(body.stream_format))

@@ -44,6 +44,10 @@ class SpeechRequest(BaseModel):
     """``audio``: the encoded audio as the body; ``sse``: the same audio as OpenAI's speech
     events (``ttsvc.gateway.sse``), for every model name (OpenAI offers them only for its newer
     models; here one engine serves them all)."""
+    timestamps: bool = False
+    """Ours: with ``stream_format: "sse"``, each delta also carries its ``offset_s`` and the
+    words whose audio starts in it (``{word, start, end, text_span}``), as on
+    ``/synthesize/with-timestamps``."""
     stream: bool | None = None
     """Ours: ``false`` sends one file with exact sizes; unset streams as OpenAI does, except
     flac, which is sent whole (its header must hold the sample count for readers)."""

@@ -64,14 +64,19 @@ class SpeechEventBody(AudioBody):
 
     media_type = SSE_MEDIA_TYPE
 
-    def __init__(self, input_chars: int, frames_per_s: float) -> None:
+    def __init__(self, input_chars: int, frames_per_s: float, words: bool = False) -> None:
         self.input_chars = input_chars
         self.frames_per_s = frames_per_s
+        self.words = words
+        """Deltas carry their chunk's offset and word timestamps (ours, asked for with
+        ``timestamps``; OpenAI's clients ignore keys they do not know)."""
 
     def extra(self, chunk: AudioChunkMsg | None) -> dict[str, object]:
-        """Keys added to the delta that carries ``chunk``'s audio (none today: per-chunk data
-        such as word timings goes here)."""
-        return {}
+        """Keys added to the delta that carries ``chunk``'s audio: its offset and words when
+        asked for."""
+        if not self.words or chunk is None:
+            return {}
+        return {"offset_s": round(chunk.offset_s, 6), "words": [w.to_json() for w in chunk.words]}
 
     def audio(self, data: bytes, chunk: AudioChunkMsg | None) -> bytes:
         if not data:  # a codec holding samples until it has a frame's worth: no event

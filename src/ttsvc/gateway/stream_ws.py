@@ -104,6 +104,9 @@ class StartMessage(BaseModel):
     sentence_silence: float = Field(0.2, ge=0.0, le=5.0)
     """Seconds of silence between sentences spoken without a flush between them."""
     sample_rate: int | None = None
+    timestamps: bool = False
+    """Audio messages carry the words whose audio starts in them (``{word, start, end,
+    text_span}``, on the session's timeline and into its whole text)."""
 
 
 class AppendMessage(BaseModel):
@@ -334,9 +337,12 @@ class StreamSession:
         self.ws.state.format = "pcm"
         fmt = FORMATS["pcm"]
         voice = self.state.resolve_voice(msg.voice)
+        if msg.timestamps:
+            self.state.require_durations(voice)
         template = SpeechOrder("", msg.speed, msg.noise_scale, msg.noise_w, msg.sentence_silence,
                                _rate(fmt, msg.sample_rate), fmt, True, API, voice,
-                               await self.speaker_of(voice, msg.speaker))  # fmt: skip
+                               await self.speaker_of(voice, msg.speaker),
+                               timestamps=msg.timestamps)  # fmt: skip
         self.rate = template.sample_rate or self.state.native_rate(voice)
         self.silence = bytes(2 * round(msg.sentence_silence * self.rate))
         self.template = template
