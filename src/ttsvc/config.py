@@ -70,10 +70,6 @@ class Settings(BaseSettings):
     """Share of a process's measured real-time capacity its admitted streams may demand; a new
     stream past it waits for a running one to finish (its time to first audio grows) instead
     of making running streams stall."""
-    express_threads: int = Field(1, ge=0, le=8)
-    """Threads per worker beside ``compute_threads`` that run only new streams' first steps
-    (``deadline`` scheduler): a newcomer starts at once, sharing a core with the compute
-    threads for its first chunk, instead of waiting for one of them to end its step. 0: none."""
     first_window_frames: int = Field(16, ge=1, le=256)
     """Frames in a sentence's first vocoder window: smaller starts audio sooner."""
     window_growth: float = Field(8.0, ge=1.0, le=64.0)

@@ -332,7 +332,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
                               settings.worker_start_timeout_s,
                               settings.worker_silence_timeout_s,
                               ComputePlan(settings.compute_threads, settings.scheduler,
-                                          settings.realtime_load, settings.express_threads),
+                                          settings.realtime_load),
                               log_format=settings.log_format, voices={engine.voice: engine},
                               voice_budget=int(settings.voice_memory_mb * 2**20))  # fmt: skip
             pool = WorkerPool(spec, settings.workers, balancer, loop, state.metrics)

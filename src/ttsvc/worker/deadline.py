@@ -91,8 +91,6 @@ class _Live(_Stream):
     """When its running step is expected to end (scheduler clock): its thread frees then."""
     estimate: float = 0.0
     """Its running engine call's cost measured alone (0: the stream's first step)."""
-    express: bool = False
-    """Its running step is on an express thread (not one of the K the layout plans with)."""
 
 
 class Capacity:
@@ -132,7 +130,6 @@ class DeadlineScheduler:
         first_audio_s: float = FIRST_AUDIO_S,
         first_chunk_s: float = 0.0,
         audio_per_char: float = AUDIO_PER_CHAR_S,
-        express: int = 0,
     ) -> None:
         self.synth = synth
         """Engines new streams start on (a swap replaces it; running streams keep theirs)."""
@@ -157,10 +154,6 @@ class DeadlineScheduler:
         """Chunks sent after their stream's playback deadline."""
         self.late_s = 0.0
         """Seconds those chunks were late, summed."""
-        self.express = express
-        """Express threads: they run only fresh streams' steps up to their first chunk, so a
-        newcomer starts at once instead of waiting for a compute thread to end its step."""
-        self._express_idle = 0
         self.lock = threading.Condition()
         self._closed = False
         self._threads: list[threading.Thread] = []
@@ -277,24 +270,17 @@ class DeadlineScheduler:
             return self.due(stream) - self.first_chunk_s
         return self.latest_start(stream)
 
-    def pick(self, express: bool = False) -> _Live | None:
-        """The admitted, idle stream to step next (``express``: for an express thread, which
-        takes only fresh streams, by due time).
+    def pick(self) -> _Live | None:
+        """The admitted, idle stream to step next.
 
         First a playing stream that must start its next step within ``GUARD_S`` (a stall is
         audible, so it goes before everything); then fresh streams, by due time (a late first
         chunk only lengthens a wait); then the other playing streams, least laxity first.
         Arrival breaks ties. Nothing starves: a playing stream's laxity shrinks as time passes
         until it is first in line, and a fresh stream's turn comes before any playing stream
-        that is not about to run dry. While an express thread idles, compute threads leave
-        fresh streams to it.
+        that is not about to run dry.
         """
         ready = [s for s in self.streams.values() if s.admitted and not s.running]
-        if express or self._express_idle:
-            fresh = [s for s in ready if s.first_sent_at is None]
-            if express:
-                return min(fresh, key=lambda s: (self.due(s), s.arrived)) if fresh else None
-            ready = [s for s in ready if s.first_sent_at is not None] or ready
         if not ready:
             return None
         horizon = self.clock() + GUARD_S
@@ -307,13 +293,12 @@ class DeadlineScheduler:
 
         return min(ready, key=key)
 
-    def _free_threads(self, now: float, exclude: _Live | None) -> list[float]:
+    def _free_threads(self, now: float, exclude: _Stream | None) -> list[float]:
         """When each thread other than the caller's frees: now for an idle one, else when its
         step is expected to end (``exclude``: the caller's own stream, running)."""
-        free = [now] * (self.threads - 1 if exclude is not None and not exclude.express
-                        else self.threads)  # fmt: skip
+        free = [now] * (self.threads - 1 if exclude is not None else self.threads)
         for s in self.streams.values():
-            if s.running and not s.express and s is not exclude and now in free:
+            if s.running and s is not exclude and now in free:
                 free[free.index(now)] = max(now, s.busy_until)
         return free
 
@@ -323,7 +308,7 @@ class DeadlineScheduler:
         rate = self.capacity.value / max(self.threads, 1)
         return (max(now, self.start_by(stream)), self.step_cost(stream), rate)
 
-    def budget(self, stream: _Live) -> float | None:
+    def budget(self, stream: _Stream) -> float | None:
         """Longest step ``stream`` may take now (None: no bound).
 
         As long as the thread running it is away, the other threads must serve every other
@@ -342,7 +327,7 @@ class DeadlineScheduler:
             tasks = [self._task(s, now) for s in self.streams.values()
                      if s.admitted and not s.running and s is not stream and self.due(s) > now]
             rate = self.capacity.value / max(self.threads, 1)
-            if self._room() and not self._express_idle:  # else an express thread takes it
+            if self._room():
                 first = self.slowdown * self.first_chunk_s
                 tasks.append((now + self.first_audio_s - first, first, rate))
             late = first_late(tasks, free, now + HORIZON_S)
@@ -359,7 +344,7 @@ class DeadlineScheduler:
         with self.lock:
             self.streams[job.uid] = _Live(job, synth or self.synth, arrived=self.clock())
             self.admit()
-            self.lock.notify_all()  # an express thread, if one idles, is the one to take it
+            self.lock.notify()
 
     def cancel(self, uid: str) -> StreamDone | None:
         """Drop a stream; its final message, or None when unknown or ended by its thread."""
@@ -385,10 +370,9 @@ class DeadlineScheduler:
 
     def start(self, send: Send) -> None:
         """Start the compute threads; each sends what its steps produce with ``send``."""
-        for index in range(self.threads + self.express):
-            express = index >= self.threads
-            thread = threading.Thread(target=self.run, args=(send, express), daemon=True,
-                                      name=f"{'express' if express else 'compute'}-{index}")
+        for index in range(self.threads):
+            thread = threading.Thread(target=self.run, args=(send,), daemon=True,
+                                      name=f"compute-{index}")  # fmt: skip
             thread.start()
             self._threads.append(thread)
 
@@ -398,21 +382,18 @@ class DeadlineScheduler:
             self._closed = True
             self.lock.notify_all()
 
-    def run(self, send: Send, express: bool = False) -> None:
-        """One compute (or express) thread: take the most urgent step, run it, send its audio;
-        repeat. Ends on ``close`` or when the pipe to the gateway is gone."""
+    def run(self, send: Send) -> None:
+        """One compute thread: take the most urgent step, run it, send its audio; repeat.
+        Ends on ``close`` or when the pipe to the gateway is gone."""
         while True:
             with self.lock:
-                stream = self.pick(express)
+                stream = self.pick()
                 while stream is None and not self._closed:
-                    self._express_idle += express
                     self.lock.wait()
-                    self._express_idle -= express
-                    stream = self.pick(express)
+                    stream = self.pick()
                 if stream is None:
                     return
                 stream.running = True
-                stream.express = express
                 stream.step_started = time.monotonic()
                 stream.estimate = self._call_cost(stream) if stream.pending is not None else 0.0
                 stream.busy_until = self.clock() + self.step_cost(stream)
@@ -468,7 +449,7 @@ class DeadlineScheduler:
             if cancelled or ended or (chunks and chunks[-1].last):
                 self._remove(stream)
             else:
-                self.lock.notify_all()
+                self.lock.notify()
         if cancelled:
             send(StreamDone(stream.job.uid, stream.samples_sent, stream.compute_s))
         elif ended or (chunks and chunks[-1].last):

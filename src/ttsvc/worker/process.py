@@ -98,8 +98,6 @@ class ComputePlan:
     """``deadline`` (``worker.deadline``) or ``legacy`` (``worker.compute``: one thread)."""
     load_limit: float = 0.9
     """Share of the measured real-time capacity admitted streams may demand."""
-    express: int = 0
-    """Threads beside ``threads`` that run only fresh streams' first steps."""
 
 
 HANG_S = 5.0
@@ -145,7 +143,7 @@ def run_worker(
         rate, first_chunk_s, per_char = measure(synth)
         scheduler: StreamScheduler | DeadlineScheduler = DeadlineScheduler(
             synth, plan.threads, plan.load_limit, rate, first_chunk_s=first_chunk_s,
-            audio_per_char=per_char, express=plan.express)
+            audio_per_char=per_char)
     else:  # legacy, FIFO, or engines that batch windows (GPU plans): one compute loop
         scheduler = scheduler_for(synth, multiplex)
     pipe_lock = threading.Lock()
