@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from ttsvc.gateway.auth import append_key, key_line, new_key
 from ttsvc.gateway.ratelimit import Quota
@@ -170,3 +171,13 @@ def write_keys(path: Path, quotas: dict[str, dict[str, float]]) -> dict[str, str
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+def metric(server: Server, name: str, **labels: str) -> float:
+    """The value of one sample of the server's metrics (0 when it has none yet)."""
+    text = httpx.get(server.metrics_url, timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return 0.0

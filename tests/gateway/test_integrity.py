@@ -23,9 +23,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.gateway.serving import Server, wait_until
+from tests.gateway.serving import Server, metric, wait_until
 from ttsvc.repository.layout import EngineVersion
 
 LONG = "This answer keeps its worker busy for a good long while, sentence after sentence. " * 30
@@ -47,14 +46,6 @@ def _assert_quiet(srv: Server) -> None:
     loud = [e for e in _events(srv) if e.get("level") in ("error", "critical")]
     assert not loud, loud
 
-
-def _metric(srv: Server, name: str, **labels: str) -> float:
-    text = httpx.get(srv.metrics_url, timeout=10).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return float(sample.value)
-    return 0.0
 
 
 def _until(srv: Server, predicate: Callable[[], bool], what: str) -> None:
@@ -144,8 +135,8 @@ def _streams_under_fault(
     for t in threads[1:]:
         t.start()
     started.wait(timeout=120)  # every stream has audio flowing
-    _until(srv, lambda: (_metric(srv, "ttsvc_streams_in_flight", worker="0"),
-                         _metric(srv, "ttsvc_streams_queued", worker="0")) == (len(clients) + 1, 0),
+    _until(srv, lambda: (metric(srv, "ttsvc_streams_in_flight", worker="0"),
+                         metric(srv, "ttsvc_streams_queued", worker="0")) == (len(clients) + 1, 0),
            "the whole-file request under way too")  # fmt: skip
     fault()
     for t in threads:
@@ -179,9 +170,9 @@ def test_a_stream_whose_worker_dies_or_stalls_ends_as_an_error(
         _until(srv, lambda: len(_completions(srv)) == len(seen) + 1, "every completion line")
         lines = _completions(srv)
         assert {(e["status"], e["code"]) for e in lines} == {(reason, 503)}, lines
-        assert _metric(srv, "ttsvc_aborted_streams_total", reason=reason) == len(seen)
-        assert _metric(srv, "ttsvc_requests_total", code="503", outcome=reason) == len(seen) + 1
-        assert _metric(srv, "ttsvc_requests_total", code="200", outcome=reason) == 0
+        assert metric(srv, "ttsvc_aborted_streams_total", reason=reason) == len(seen)
+        assert metric(srv, "ttsvc_requests_total", code="503", outcome=reason) == len(seen) + 1
+        assert metric(srv, "ttsvc_requests_total", code="200", outcome=reason) == 0
         _until(srv, lambda: any(e["event"] == "worker_died" for e in _events(srv)), "the exit")
         died = [e for e in _events(srv) if e["event"] == "worker_died"]
         assert died[0]["exitcode"] == -9  # the detail stays in the log
@@ -212,7 +203,7 @@ def test_drain_past_its_grace_aborts_what_runs_and_exits_quietly(
         waiting = [threading.Thread(target=wait_in_queue, args=(s,)) for s in (True, False)]
         for t in waiting:
             t.start()
-        _until(srv, lambda: _metric(srv, "ttsvc_streams_queued", worker="0") == 2,
+        _until(srv, lambda: metric(srv, "ttsvc_streams_queued", worker="0") == 2,
                "two requests queued")  # fmt: skip
         srv.proc.send_signal(signal.SIGTERM)
         for t in (running, *waiting):
@@ -247,7 +238,7 @@ def one_at_a_time(default_version: EngineVersion, engines_root: Path) -> Iterato
 def test_a_client_leaving_while_queued_is_dropped_unsynthesized(one_at_a_time: Server) -> None:
     srv = one_at_a_time
     before = len(_completions(srv))
-    ttfa_before = _metric(srv, "ttsvc_ttfa_seconds_count")
+    ttfa_before = metric(srv, "ttsvc_ttfa_seconds_count")
     with httpx.Client(base_url=srv.url, timeout=120) as client:
         with client.stream("POST", "/synthesize", json={"text": LONG}) as ahead:
             pieces = ahead.iter_raw()
@@ -257,10 +248,10 @@ def test_a_client_leaving_while_queued_is_dropped_unsynthesized(one_at_a_time: S
                 leaver.sendall(b"POST /synthesize HTTP/1.1\r\nHost: t\r\n"
                                b"Content-Type: application/json\r\n"
                                b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
-                _until(srv, lambda: _metric(srv, "ttsvc_streams_queued", worker="0") == 1,
+                _until(srv, lambda: metric(srv, "ttsvc_streams_queued", worker="0") == 1,
                        "the request queued behind the long stream")  # fmt: skip
             # hung up: dropped from the worker's queue while the stream ahead still runs
-            _until(srv, lambda: _metric(srv, "ttsvc_streams_queued", worker="0") == 0,
+            _until(srv, lambda: metric(srv, "ttsvc_streams_queued", worker="0") == 0,
                    "the queued request dropped")  # fmt: skip
             _until(srv, lambda: len(_completions(srv)) == before + 1, "its completion line")
             for _ in pieces:
@@ -273,20 +264,20 @@ def test_a_client_leaving_while_queued_is_dropped_unsynthesized(one_at_a_time: S
     # it never ran: the worker reported no stream for it, and only one request got audio
     assert not [e for e in _events(srv)
                 if e["event"] == "stream_done" and e.get("uid") == left["uid"]]  # fmt: skip
-    assert _metric(srv, "ttsvc_ttfa_seconds_count") == ttfa_before + 1
+    assert metric(srv, "ttsvc_ttfa_seconds_count") == ttfa_before + 1
     _assert_quiet(srv)
 
 
 def test_a_stream_its_client_cancels_is_not_counted_as_200(one_at_a_time: Server) -> None:
     srv = one_at_a_time
-    before = _metric(srv, "ttsvc_requests_total", code="499", outcome="cancelled")
+    before = metric(srv, "ttsvc_requests_total", code="499", outcome="cancelled")
     with httpx.Client(base_url=srv.url, timeout=120) as client:
         with client.stream("POST", "/synthesize", json={"text": LONG}) as r:
             assert next(r.iter_raw())
         # leaving the block hangs up mid-stream
     srv.wait_idle()
-    assert _metric(srv, "ttsvc_requests_total", code="499", outcome="cancelled") == before + 1
-    assert _metric(srv, "ttsvc_requests_total", code="200", outcome="cancelled") == 0
+    assert metric(srv, "ttsvc_requests_total", code="499", outcome="cancelled") == before + 1
+    assert metric(srv, "ttsvc_requests_total", code="200", outcome="cancelled") == 0
     assert _completions(srv)[-1]["code"] == 499
 
 

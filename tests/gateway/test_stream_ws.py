@@ -14,14 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.gateway.serving import Server, bearer, wait_until, write_keys
+from tests.gateway.serving import Server, bearer, metric, wait_until, write_keys
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.text.segment import split_sentences
 
@@ -117,14 +115,6 @@ def events(srv: Server, name: str) -> list[Message]:
     return [e for line in srv.log_lines() if line.startswith("{")
             if (e := json.loads(line))["event"] == name]  # fmt: skip
 
-
-def metric(srv: Server, name: str, **labels: str) -> float:
-    text = httpx.get(srv.metrics_url, timeout=10).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return float(sample.value)
-    return 0.0
 
 
 def test_tokens_one_by_one_speak_each_sentence_once_in_order_then_close(

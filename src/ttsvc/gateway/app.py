@@ -95,12 +95,12 @@ PAGE_POLICY = (
 """The page talks to its own origin only; its audio element plays blobs the page made."""
 
 
-class SynthesizeRequest(BaseModel):
-    """Body of ``POST /synthesize``."""
+class VoiceSettings(BaseModel):
+    """How to speak, apart from the text: the fields every ttsvc API takes (``/synthesize``
+    and its timestamped form, the WebSocket's ``start``), declared once with their ranges."""
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str
     voice: str | None = None
     speaker: int | str | None = None
     """A multi-speaker voice's speaker, by name or id (``None``: its first)."""
@@ -109,6 +109,12 @@ class SynthesizeRequest(BaseModel):
     noise_w: float | None = Field(None, ge=0.0, le=2.0)
     sentence_silence: float = Field(0.2, ge=0.0, le=5.0)
     sample_rate: int | None = None
+
+
+class SynthesizeRequest(VoiceSettings):
+    """Body of ``POST /synthesize``."""
+
+    text: str
     format: Literal["wav", "pcm", "mulaw", "mp3", "opus", "flac"] = "wav"
     stream: bool | None = None
     """Unset: streamed, except formats sent only whole (flac)."""

@@ -65,6 +65,7 @@ from ttsvc.gateway.app import (
     GatewayState,
     SpeechOrder,
     SynthesisExchange,
+    VoiceSettings,
     WorkerReportedError,
     _rate,
     record_refusal,
@@ -90,20 +91,11 @@ FATAL = {"draining": 1012, "shutdown": 1012}
 SpeakerOf = Callable[[str, int | str | None], Awaitable[int | None]]
 
 
-class StartMessage(BaseModel):
-    """Session settings: the fields of ``POST /synthesize`` that are not the text."""
-
-    model_config = ConfigDict(extra="forbid")
+class StartMessage(VoiceSettings):
+    """Session settings: the fields of ``POST /synthesize`` that are not the text
+    (``sentence_silence``: between sentences spoken without a flush between them)."""
 
     type: Literal["start"]
-    voice: str | None = None
-    speaker: int | str | None = None
-    speed: float = Field(1.0, ge=0.25, le=4.0)
-    noise_scale: float | None = Field(None, ge=0.0, le=2.0)
-    noise_w: float | None = Field(None, ge=0.0, le=2.0)
-    sentence_silence: float = Field(0.2, ge=0.0, le=5.0)
-    """Seconds of silence between sentences spoken without a flush between them."""
-    sample_rate: int | None = None
     timestamps: bool = False
     """Audio messages carry the words whose audio starts in them (``{word, start, end,
     text_span}``, on the session's timeline and into its whole text)."""
