@@ -1,5 +1,7 @@
-"""Engine files for tests: valid variants of a compiled engine, and versions published the way
-``ttsvc compile`` publishes them (staging directory, manifest written last, one rename)."""
+"""Engine files for tests: valid variants of a compiled engine, versions published the way
+``ttsvc compile`` publishes them (staging directory, manifest written last, one rename), and
+files other than what it makes today (a version from before the acoustic engine output
+durations, an int8 vocoder as ``--quantize int8`` keeps it)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import numpy_helper
+from onnxruntime.quantization import QuantType, quantize_dynamic
 
+from ttsvc.backends.base import DURATIONS_OUTPUT
+from ttsvc.backends.onnxruntime import ACOUSTIC_FILE
+from ttsvc.compile.build import default_checkpoint, load_piper_graph
+from ttsvc.compile.split import split_model
 from ttsvc.repository.layout import EngineRepository
 from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest
 
@@ -52,3 +59,35 @@ def publish(engines: Path, replace: dict[str, Path], runtime: dict[str, str] | N
     write_manifest(staging, manifest)
     repo.publish(voice, staging, version)
     return version
+
+
+def without_durations(version: Path, target: Path) -> Path:
+    """A copy of the version directory ``version`` at ``target`` whose acoustic engine lacks the
+    ``durations`` output and whose manifest says so, with the files' hashes made right."""
+    shutil.copytree(version, target)
+    path = target / ACOUSTIC_FILE
+    model = onnx.load(str(path))
+    kept = [out for out in model.graph.output if out.name != DURATIONS_OUTPUT]
+    assert len(kept) < len(model.graph.output), "the source version has no durations output"
+    del model.graph.output[:]
+    model.graph.output.extend(kept)
+    nodes = [node for node in model.graph.node if DURATIONS_OUTPUT not in node.output]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    onnx.save(model, str(path))
+    manifest = load_manifest(target)
+    manifest.files[ACOUSTIC_FILE] = file_entry(path)
+    manifest.durations = False
+    write_manifest(target, manifest)
+    return target
+
+
+def int8_vocoder(dst: Path) -> Path:
+    """The packaged voice's vocoder with int8 weights, quantized from its split graph as
+    ``ttsvc compile --quantize int8`` does (a published vocoder may be in ONNX Runtime's blocked
+    layout, ``compile/layout.py``, whose convolutions the quantizer does not know)."""
+    fp32 = dst.with_suffix(".fp32.onnx")
+    onnx.save(split_model(load_piper_graph(default_checkpoint()[0])).vocoder, str(fp32))
+    quantize_dynamic(str(fp32), str(dst), weight_type=QuantType.QInt8)
+    fp32.unlink()
+    return dst

@@ -9,10 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.engines_before import without_durations
+from tests.engine_files import int8_vocoder, without_durations
 from ttsvc.backends.onnxruntime import load_engine_set, load_engine_spec
-from ttsvc.compile.build import default_checkpoint, load_piper_graph
-from ttsvc.compile.split import split_model
 from ttsvc.errors import EngineError, EngineIntegrityError, TimestampsUnavailable
 from ttsvc.repository.cache import EngineCache, snapshot
 from ttsvc.repository.layout import EngineVersion
@@ -80,15 +78,7 @@ def test_unparseable_engine_named_when_manifest_matches_it(copy: Path) -> None:
 
 def test_int8_vocoder_replaced_in_place_reports_int8(copy: Path, tmp_path: Path) -> None:
     """A file replaced in place: the manifest says fp32, the loaded graph says int8."""
-    import onnx  # noqa: PLC0415
-    from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415
-
-    # from the split graph: the published one may be in ONNX Runtime's blocked layout
-    # (compile/layout.py), whose convolutions the quantizer does not know
-    onnx.save(split_model(load_piper_graph(default_checkpoint()[0])).vocoder,
-              tmp_path / "fp32.onnx")  # fmt: skip
-    quantize_dynamic(str(tmp_path / "fp32.onnx"), str(tmp_path / "int8.onnx"),
-                     weight_type=QuantType.QInt8)  # fmt: skip
+    int8_vocoder(tmp_path / "int8.onnx")
     shutil.copyfile(tmp_path / "int8.onnx", copy / "vocoder.onnx")
     spec = snapshot(EngineCache(tmp_path / "cache"), copy, "v")
     assert spec.replaced == ("vocoder.onnx",)

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.engines_before import without_durations
+from tests.engine_files import without_durations
 from tests.gateway.serving import Server
 from ttsvc.repository.layout import EngineVersion
 

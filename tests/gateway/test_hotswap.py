@@ -24,7 +24,7 @@ import pytest
 from onnx import numpy_helper
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.engine_files import VOICE, publish, variant
+from tests.engine_files import VOICE, int8_vocoder, publish, variant
 from tests.gateway.serving import HEALTH_POLLS, Server, engines_state, wait_engines
 from ttsvc.repository.layout import EngineVersion
 
@@ -45,13 +45,6 @@ def _silent(src: Path, dst: Path) -> None:
     onnx.save(model, str(dst))
 
 
-def _int8(src: Path, dst: Path) -> None:
-    """The vocoder with int8 weights, as ``ttsvc compile --quantize int8`` would keep it."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415
-
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
-
-
 @pytest.fixture(scope="module")
 def candidates(default_version: EngineVersion, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("candidates")
@@ -59,7 +52,7 @@ def candidates(default_version: EngineVersion, tmp_path_factory: pytest.TempPath
     variant(default_version.path / "acoustic.onnx", out / "acoustic-b.onnx", 0.999)
     variant(default_version.path / "vocoder.onnx", out / "vocoder-b.onnx", 0.999)
     _silent(default_version.path / "vocoder.onnx", out / "vocoder-silent.onnx")
-    _int8(default_version.path / "vocoder.onnx", out / "vocoder-int8.onnx")
+    int8_vocoder(out / "vocoder-int8.onnx")
     return out
 
 
