@@ -35,7 +35,7 @@ _FLAG_FIELDS = {"engines_dir": "engines_dir", "voice": "voice", "threads": "thre
                 "first_window": "first_window_frames", "output_dir": "engines_dir",
                 "host": "host", "port": "port", "workers": "workers",
                 "compute_threads": "compute_threads", "cpus": "cpus", "scheduler": "scheduler",
-                "realtime_load": "realtime_load",
+                "realtime_load": "realtime_load", "step_floor_ms": "step_floor_ms",
                 "metrics_port": "metrics_port", "wyoming_port": "wyoming_port",
                 "max_streams_per_worker": "max_streams_per_worker",
                 "queue_timeout_s": "queue_timeout_s", "drain_grace_s": "drain_grace_s",
@@ -166,6 +166,9 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--realtime-load", type=float, default=None,
                    help="share of a worker's real-time capacity its streams may demand before a "
                    "new stream waits (default 0.9)")
+    p.add_argument("--step-floor-ms", type=float, default=None,
+                   help="shortest bound the deadline scheduler puts on a step: larger overlaps "
+                   "less (throughput), a stream needing a thread waits longer (default 30)")
     p.add_argument("--engines-dir", type=Path, default=None, help="engine repository root")
     p.add_argument("--voice", default=None, help="voice for requests that name none")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads per engine run")

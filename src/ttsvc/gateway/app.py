@@ -338,7 +338,8 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
                               settings.worker_start_timeout_s,
                               settings.worker_silence_timeout_s,
                               ComputePlan(settings.compute_threads, settings.scheduler,
-                                          settings.realtime_load),
+                                          settings.realtime_load,
+                                          settings.step_floor_ms / 1000.0),
                               log_format=settings.log_format, voices={engine.voice: engine},
                               voice_budget=int(settings.voice_memory_mb * 2**20))  # fmt: skip
             pool = WorkerPool(spec, settings.workers, balancer, loop, state.metrics)

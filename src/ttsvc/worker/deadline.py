@@ -55,7 +55,8 @@ HORIZON_S = 1.0
 """How far ahead ``budget`` lays out the other streams' steps: about the longest step worth
 taking (past a few hundred frames a window costs no less per frame)."""
 STEP_FLOOR_S = 0.03
-"""No budget is smaller than this: below it, a window's overlap would cost more than its audio."""
+"""No budget is smaller than this by default: below it, a window's overlap would cost more than
+its audio (``step_floor_s`` of a scheduler; ``TTSVC_STEP_FLOOR_MS``)."""
 GUARD_S = 0.1
 """A playing stream whose next step must start within this goes before fresh streams: about
 the longest step another thread may be in the middle of when it is picked."""
@@ -130,6 +131,7 @@ class DeadlineScheduler:
         first_audio_s: float = FIRST_AUDIO_S,
         first_chunk_s: float = 0.0,
         audio_per_char: float = AUDIO_PER_CHAR_S,
+        step_floor_s: float = STEP_FLOOR_S,
     ) -> None:
         self.synth = synth
         """Engines new streams start on (a swap replaces it; running streams keep theirs)."""
@@ -140,6 +142,9 @@ class DeadlineScheduler:
         self.capacity = Capacity(threads, per_thread)
         self.first_chunk_s = first_chunk_s
         self.audio_per_char = audio_per_char
+        self.step_floor_s = step_floor_s
+        """The shortest bound ``budget`` sets: larger steps overlap less (throughput), at the
+        price of a longer wait for a stream that needs a thread while one runs."""
         """Seconds of audio per character of text at speed 1 (from the canary, then from every
         stream that ends): how much a stream has left, for ``demand``."""
         """Compute seconds from a stream's arrival to its first chunk, alone (measured at
@@ -318,7 +323,7 @@ class DeadlineScheduler:
         one of them that would start late, which this thread then takes. While admission has
         room, a newcomer arriving now is among them. A stream already late is past helping and
         shrinking steps for it would only cost everyone overlap, so it is left out. Never below
-        ``STEP_FLOOR_S``. With a thread free for every other stream, steps grow freely
+        ``step_floor_s``. With a thread free for every other stream, steps grow freely
         (throughput).
         """
         with self.lock:
@@ -334,7 +339,7 @@ class DeadlineScheduler:
             if late is None:
                 return None
             # the synthesizer sizes steps from the costs measured alone: scale to match
-            return max(STEP_FLOOR_S, (late - now) / self.slowdown)
+            return max(self.step_floor_s, (late - now) / self.slowdown)
 
     # -- streams ------------------------------------------------------------------------------
 

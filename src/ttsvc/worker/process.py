@@ -98,6 +98,8 @@ class ComputePlan:
     """``deadline`` (``worker.deadline``) or ``legacy`` (``worker.compute``: one thread)."""
     load_limit: float = 0.9
     """Share of the measured real-time capacity admitted streams may demand."""
+    step_floor_s: float = 0.03
+    """The shortest bound the deadline scheduler puts on a step."""
 
 
 HANG_S = 5.0
@@ -143,7 +145,7 @@ def run_worker(
         rate, first_chunk_s, per_char = measure(synth)
         scheduler: StreamScheduler | DeadlineScheduler = DeadlineScheduler(
             synth, plan.threads, plan.load_limit, rate, first_chunk_s=first_chunk_s,
-            audio_per_char=per_char)
+            audio_per_char=per_char, step_floor_s=plan.step_floor_s)
     else:  # legacy, FIFO, or engines that batch windows (GPU plans): one compute loop
         scheduler = scheduler_for(synth, multiplex)
     pipe_lock = threading.Lock()
