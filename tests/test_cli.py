@@ -152,6 +152,7 @@ def test_default_split_follows_the_cpus_this_process_may_use(no_ttsvc_env: objec
     assert settings.cpu_budget() == budget
     assert (settings.workers, settings.compute_threads) == default_split(budget.cpus, "deadline")
     assert (settings.scheduler, settings.realtime_load) == ("deadline", 0.9)
+    assert settings.step_floor_ms == 100.0
 
 
 def test_split_flags_reach_the_settings(no_ttsvc_env: object) -> None:
@@ -159,6 +160,7 @@ def test_split_flags_reach_the_settings(no_ttsvc_env: object) -> None:
     legacy = split_settings("--cpus", "8", "--scheduler", "legacy", "--realtime-load", "0.5")
     assert (legacy.workers, legacy.compute_threads, legacy.scheduler) == (8, 1, "legacy")
     assert legacy.realtime_load == 0.5
+    assert split_settings("--step-floor-ms", "40").step_floor_ms == 40.0
     assert split("--cpus", "8", "--compute-threads", "2") == (4, 2)
     assert split("--cpus", "8", "--workers", "3", "--compute-threads", "1") == (3, 1)
     assert split_settings("--cpus", "8").cpu_budget() == CpuBudget(8, "cpus setting")

@@ -50,10 +50,14 @@ def synth(engine_set: EngineSet) -> Synthesizer:
     return s
 
 
+FLOOR_S = 0.03
+"""The policy tests' step floor, below the default: they check the bounds the layout sets."""
+
+
 def scheduler(synth: Synthesizer, clock: FakeClock, threads: int = 2,
               per_thread: float = 10.0, load_limit: float = 0.9) -> DeadlineScheduler:  # fmt: skip
     return DeadlineScheduler(synth, threads, load_limit, per_thread, clock=clock,
-                             first_chunk_s=0.05)  # fmt: skip
+                             first_chunk_s=0.05, step_floor_s=FLOOR_S)  # fmt: skip
 
 
 def playing(sched: DeadlineScheduler, uid: str, buffered_s: float, started_ago: float = 1.0,
@@ -153,6 +157,8 @@ def test_steps_are_bounded_by_the_others_latest_start_with_a_floor(synth: Synthe
     assert sched.budget(sched.streams["a"]) == pytest.approx(
         0.4 - DELIVERY_S - sched.cost_to_chunk(b))  # then this thread must turn to b
     playing(sched, "b", buffered_s=0.01)
+    assert sched.budget(sched.streams["a"]) == FLOOR_S
+    sched.step_floor_s = STEP_FLOOR_S  # the default floor: longer than that layout's bound
     assert sched.budget(sched.streams["a"]) == STEP_FLOOR_S
     playing(sched, "b", buffered_s=-0.5)  # already dry: past helping, no reason to shrink
     assert sched.budget(sched.streams["a"]) is None
@@ -171,7 +177,7 @@ def test_steps_shrink_when_the_other_threads_cannot_keep_up(synth: Synthesizer) 
     sched.load_limit = 0.0  # no room: no newcomer to wait for
     assert not sched._room()
     bound = sched.budget(sched.streams["a"])
-    assert bound is not None and STEP_FLOOR_S <= bound < 0.15
+    assert bound is not None and FLOOR_S <= bound < 0.15
     for k in range(7):
         with sched.lock:
             sched._remove(sched.streams[f"s{k}"])

@@ -54,9 +54,13 @@ FIRST_AUDIO_S = 0.1
 HORIZON_S = 1.0
 """How far ahead ``budget`` lays out the other streams' steps: about the longest step worth
 taking (past a few hundred frames a window costs no less per frame)."""
-STEP_FLOOR_S = 0.03
-"""No budget is smaller than this by default: below it, a window's overlap would cost more than
-its audio (``step_floor_s`` of a scheduler; ``TTSVC_STEP_FLOOR_MS``)."""
+STEP_FLOOR_S = 0.1
+"""No budget is smaller than this by default (``step_floor_s`` of a scheduler;
+``TTSVC_STEP_FLOOR_MS``): a short window's overlap costs about as much as its audio, and on a
+busy worker those costs add up to the capacity that keeps streams from running dry."""
+LAYOUT_STEP_S = 0.03
+"""The least audio ``first_late`` counts a laid-out step as buying its stream, so a layout of
+streams whose steps buy almost nothing still ends."""
 GUARD_S = 0.1
 """A playing stream whose next step must start within this goes before fresh streams: about
 the longest step another thread may be in the middle of when it is picked."""
@@ -569,7 +573,7 @@ def first_late(tasks: list[tuple[float, float, float]], free: list[float],
             return start_by
         heapq.heappush(threads, begin + cost)
         if rate > 0:  # each step buys at least a floor's worth, so the layout ends
-            heapq.heappush(queue, (start_by + max(cost * rate, STEP_FLOOR_S), cost, rate))
+            heapq.heappush(queue, (start_by + max(cost * rate, LAYOUT_STEP_S), cost, rate))
     return None
 
 
