@@ -98,3 +98,21 @@ def test_no_lifting_asked_leaves_the_engine_as_it_was(
 ) -> None:
     layout, gain = build._optimize_fastest(engines.vocoder, tmp_path / "v.onnx", [1], lift=False)
     assert (layout, gain) == (CONV1D, 1.0)
+
+
+def test_a_graph_with_subgraphs_is_left_as_it_is() -> None:
+    """A branch body may read an outer tensor by name; lifting renames tensors, so it is not
+    tried on such graphs (none of Piper's engines has one)."""
+    weight = numpy_helper.from_array(np.ones((2, 2, 3), np.float32), "w")
+    branch = helper.make_graph([helper.make_node("Identity", ["c"], ["b"])], "branch", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, None)])
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]),
+         helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, "T"]),
+              helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    lifted, convs = lift_convolutions(model)
+    assert convs == 0 and lifted.graph == model.graph

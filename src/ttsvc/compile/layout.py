@@ -76,6 +76,9 @@ def lift_convolutions(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+           for node in graph.node for a in node.attribute):  # fmt: skip
+        return out, 0  # a branch or loop body may read a tensor by a name this would change
     ranks = _ranks(out)
     scalars = _scalars(out)
     initializers = {init.name: init for init in graph.initializer}
