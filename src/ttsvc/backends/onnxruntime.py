@@ -53,7 +53,27 @@ def session_options(threads: int, optimize: bool = False) -> ort.SessionOptions:
     opts.log_severity_level = 3
     if threads == 1:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    _share_cpu_arena()
+    opts.add_session_config_entry("session.use_env_allocators", "1")
     return opts
+
+
+_SHARED_ARENA: list[bool] = []
+
+
+def _share_cpu_arena() -> None:
+    """One CPU memory arena for every session of the process, registered on first use.
+
+    A hot swap replaces sessions; with an arena each, every new session grows its own while the
+    old one's freed blocks stay behind in the C heap, and a worker's memory creeps up swap after
+    swap (measured with the blocked-layout engines of ``compile/layout.py``). Sessions that
+    draw from one arena reuse what the swapped-out ones gave back."""
+    if _SHARED_ARENA:
+        return
+    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
+                             ort.OrtMemType.DEFAULT)  # fmt: skip
+    ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
+    _SHARED_ARENA.append(True)
 
 
 def create_session(
