@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.engine_files import int8_vocoder, without_durations
-from ttsvc.backends.onnxruntime import load_engine_set, load_engine_spec
+from ttsvc.backends.onnxruntime import CPU_ARENA, _CpuArena, load_engine_set, load_engine_spec
 from ttsvc.errors import EngineError, EngineIntegrityError, TimestampsUnavailable
 from ttsvc.repository.cache import EngineCache, snapshot
 from ttsvc.repository.layout import EngineVersion
@@ -107,3 +107,12 @@ def test_engines_compiled_before_durations_serve_audio_but_refuse_timestamps(
     assert new.manifest.durations
     ids, scales = np.asarray([[1, 0, 20, 0, 2]]), np.asarray([0.0, 1.0, 0.0], np.float32)
     assert new.acoustic.run(ids, scales).durations is not None
+
+
+def test_the_shared_arena_shrinks_by_a_run_of_its_own(default_version: EngineVersion) -> None:
+    assert not _CpuArena().shrink()  # no session ever drew from it: nothing to ask
+    synth = Synthesizer(load_engine_set(default_version.path))
+    audio = synth.synthesize("Before the shrink.", SynthesisParams(noise_scale=0.0, noise_w=0.0))
+    assert CPU_ARENA.shrink()
+    again = synth.synthesize("Before the shrink.", SynthesisParams(noise_scale=0.0, noise_w=0.0))
+    assert np.array_equal(audio, again)  # the sessions run on from a shrunk arena

@@ -116,3 +116,17 @@ def test_trim_runs_only_after_memory_was_freed_and_not_more_often_than_its_inter
     heap.freed()
     assert not heap.trim_if_due()  # within the interval
     assert heap.trims == 1
+
+
+def test_the_runtime_arena_shrinks_at_the_first_trim_after_an_engine_set_was_released() -> None:
+    shrinks: list[None] = []
+    heap = Heap(trim_interval_s=0.0, shrink_arena=lambda: shrinks.append(None))
+    heap.freed()  # a stream ended: trims, but keeps the arena the next request will use
+    assert heap.trim_if_due()
+    assert not shrinks
+    heap.released()
+    assert heap.trim_if_due()
+    assert len(shrinks) == 1
+    heap.freed()
+    assert heap.trim_if_due()
+    assert len(shrinks) == 1  # once per release, not at every idle moment after it

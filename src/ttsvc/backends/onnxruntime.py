@@ -53,27 +53,61 @@ def session_options(threads: int, optimize: bool = False) -> ort.SessionOptions:
     opts.log_severity_level = 3
     if threads == 1:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    _share_cpu_arena()
+    CPU_ARENA.register()
     opts.add_session_config_entry("session.use_env_allocators", "1")
     return opts
 
 
-_SHARED_ARENA: list[bool] = []
-
-
-def _share_cpu_arena() -> None:
+class _CpuArena:
     """One CPU memory arena for every session of the process, registered on first use.
 
     A hot swap replaces sessions; with an arena each, every new session grows its own while the
     old one's freed blocks stay behind in the C heap, and a worker's memory creeps up swap after
     swap (measured with the blocked-layout engines of ``compile/layout.py``). Sessions that
-    draw from one arena reuse what the swapped-out ones gave back."""
-    if _SHARED_ARENA:
-        return
-    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
-                             ort.OrtMemType.DEFAULT)  # fmt: skip
-    ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
-    _SHARED_ARENA.append(True)
+    draw from one arena reuse what the swapped-out ones gave back.
+
+    The arena keeps every region it ever grew to (a swap runs two engine sets' streams and
+    canaries side by side), so ``shrink`` hands the wholly free regions back: ONNX Runtime does
+    that only at the end of a run that asks for it, hence a one-node session of its own."""
+
+    def __init__(self) -> None:
+        self.registered = False
+        self._shrinker: tuple[ort.InferenceSession, ort.RunOptions] | None = None
+
+    def register(self) -> None:
+        if self.registered:
+            return
+        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
+                                 ort.OrtMemType.DEFAULT)  # fmt: skip
+        ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
+        self.registered = True
+
+    def shrink(self) -> bool:
+        """Release the arena's free regions to the OS; False if no session ever used it.
+        Call while idle: the next runs grow it again, a page fault at a time."""
+        if not self.registered:
+            return False
+        if self._shrinker is None:
+            from onnx import TensorProto, helper  # noqa: PLC0415 - once, and only where idle
+
+            node = helper.make_node("Identity", ["x"], ["y"])
+            value = helper.make_tensor_value_info
+            graph = helper.make_graph([node], "shrink", [value("x", TensorProto.FLOAT, [1])],
+                                      [value("y", TensorProto.FLOAT, [1])])  # fmt: skip
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                                      ir_version=7)  # fmt: skip
+            run_options = ort.RunOptions()
+            run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+            session = ort.InferenceSession(model.SerializeToString(), session_options(1),
+                                           providers=["CPUExecutionProvider"])  # fmt: skip
+            self._shrinker = (session, run_options)
+        session, run_options = self._shrinker
+        session.run(None, {"x": np.zeros(1, np.float32)}, run_options)
+        return True
+
+
+CPU_ARENA = _CpuArena()
+"""The process's shared CPU arena (see ``session_options``)."""
 
 
 def create_session(

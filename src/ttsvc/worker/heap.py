@@ -21,6 +21,7 @@ import ctypes
 import ctypes.util
 import sys
 import time
+from collections.abc import Callable
 
 M_MMAP_THRESHOLD = -3
 """``mallopt`` parameter number (glibc ``malloc.h``)."""
@@ -54,12 +55,21 @@ def _glibc() -> ctypes.CDLL | None:
 class Heap:
     """Allocator settings and idle-time trims for one worker process (its compute thread)."""
 
-    def __init__(self, trim_interval_s: float = TRIM_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        trim_interval_s: float = TRIM_INTERVAL_S,
+        shrink_arena: Callable[[], object] | None = None,
+    ) -> None:
+        """``shrink_arena``: the inference runtime's call that returns its arena's free regions
+        (see ``released``)."""
         self._libc = _glibc()
         self._interval = trim_interval_s
+        self._shrink_arena = shrink_arena
         self._last_trim = float("-inf")
         self._dirty = False
+        self._released = False
         self.trims = 0
+        self.shrinks = 0
 
     @property
     def available(self) -> bool:
@@ -77,16 +87,27 @@ class Heap:
         """Memory may have been freed (a stream ran or ended, engines were replaced)."""
         self._dirty = True
 
+    def released(self) -> None:
+        """An engine set was replaced or evicted: at the next trim, the runtime's arena also
+        gives back the regions it grew to while two sets ran side by side. Not after every
+        stream: a shrunk arena faults its pages in again on the next request's first window."""
+        self._dirty = True
+        self._released = True
+
     def trim_if_due(self) -> bool:
         """Trim if something was freed since the last trim and the interval has passed; call
         only while no stream is waiting. True when it trimmed."""
-        if not self._dirty or self._libc is None:
+        if not self._dirty:
             return False
         now = time.monotonic()
         if now - self._last_trim < self._interval:
             return False
-        self._libc.malloc_trim(0)
+        if self._released and self._shrink_arena is not None:
+            self._shrink_arena()
+            self.shrinks += 1
+        if self._libc is not None:
+            self._libc.malloc_trim(0)
         self._last_trim = now
-        self._dirty = False
+        self._dirty = self._released = False
         self.trims += 1
         return True

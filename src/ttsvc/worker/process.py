@@ -133,9 +133,12 @@ def run_worker(
     configure_logging(log_level, sys.stdout, log_format)
     structlog.contextvars.bind_contextvars(worker=worker_id)
     plan = plan or ComputePlan()
-    heap = Heap()
+    # imported before ``before``: the runtime's own memory is not a voice's
+    import ttsvc.backends.loader  # noqa: F401, PLC0415
+    from ttsvc.backends.onnxruntime import CPU_ARENA  # noqa: PLC0415
+
+    heap = Heap(shrink_arena=CPU_ARENA.shrink)
     heap.pin_mmap_threshold()  # before the engines load: their weights are the large blocks
-    import ttsvc.backends.loader  # noqa: F401, PLC0415 - the runtime's own memory is not a voice's
 
     before = resident_bytes()
     synth = _load(spec, threads, schedule, max_sentence_chars)
@@ -378,7 +381,7 @@ def _serve(
             last_beat = now
         while not loader.done.empty():
             finished(*loader.done.get())
-            heap.freed()  # a superseded or replaced set is freed now, not at the next swap
+            heap.released()  # a superseded or replaced set is freed now, not at the next swap
         busy = bool(scheduler.streams)
         timeout = STAGING_POLL_S
         if busy and threaded is None:
