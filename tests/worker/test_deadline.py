@@ -90,6 +90,21 @@ def test_a_playing_stream_about_to_run_dry_goes_before_fresh_ones(synth: Synthes
     assert sched.pick() is stream
 
 
+@pytest.mark.parametrize(("guard_s", "first"), [(GUARD_S, "playing"), (GUARD_S / 10, "fresh")])
+def test_the_guard_decides_when_a_playing_stream_goes_first(
+    synth: Synthesizer, guard_s: float, first: str
+) -> None:
+    clock = FakeClock()
+    sched = DeadlineScheduler(synth, 1, 0.9, 10.0, clock=clock, first_chunk_s=0.05,
+                              guard_s=guard_s)  # fmt: skip
+    sched.add(job("fresh"))
+    sched.add(job("playing"))
+    stream = playing(sched, "playing", buffered_s=GUARD_S)
+    # its next step must start within the default guard, but not within a tenth of it
+    assert clock.now + GUARD_S / 10 < sched.latest_start(stream) <= clock.now + GUARD_S
+    assert sched.pick() is sched.streams[first]
+
+
 def test_playing_streams_go_least_laxity_first(synth: Synthesizer) -> None:
     clock = FakeClock()
     sched = scheduler(synth, clock)

@@ -136,6 +136,7 @@ class DeadlineScheduler:
         first_chunk_s: float = 0.0,
         audio_per_char: float = AUDIO_PER_CHAR_S,
         step_floor_s: float = STEP_FLOOR_S,
+        guard_s: float = GUARD_S,
     ) -> None:
         self.synth = synth
         """Engines new streams start on (a swap replaces it; running streams keep theirs)."""
@@ -145,14 +146,17 @@ class DeadlineScheduler:
         self.first_audio_s = first_audio_s
         self.capacity = Capacity(threads, per_thread)
         self.first_chunk_s = first_chunk_s
+        """Compute seconds from a stream's arrival to its first chunk, alone (measured at
+        start with the canary; 0 until then)."""
         self.audio_per_char = audio_per_char
+        """Seconds of audio per character of text at speed 1 (from the canary, then from every
+        stream that ends): how much a stream has left, for ``demand``."""
         self.step_floor_s = step_floor_s
         """The shortest bound ``budget`` sets: larger steps overlap less (throughput), at the
         price of a longer wait for a stream that needs a thread while one runs."""
-        """Seconds of audio per character of text at speed 1 (from the canary, then from every
-        stream that ends): how much a stream has left, for ``demand``."""
-        """Compute seconds from a stream's arrival to its first chunk, alone (measured at
-        start with the canary; 0 until then)."""
+        self.guard_s = guard_s
+        """A playing stream whose next step must start within this goes before fresh ones
+        (``GUARD_S``; ``benchmarks/scheduler_bench.py`` measures others)."""
         self.streams: dict[str, _Live] = {}
         """Every stream, admitted or waiting, in arrival order."""
         self.slowdown = 1.0
@@ -282,7 +286,7 @@ class DeadlineScheduler:
     def pick(self) -> _Live | None:
         """The admitted, idle stream to step next.
 
-        First a playing stream that must start its next step within ``GUARD_S`` (a stall is
+        First a playing stream that must start its next step within ``guard_s`` (a stall is
         audible, so it goes before everything); then fresh streams, by due time (a late first
         chunk only lengthens a wait); then the other playing streams, least laxity first.
         Arrival breaks ties. Nothing starves: a playing stream's laxity shrinks as time passes
@@ -292,7 +296,7 @@ class DeadlineScheduler:
         ready = [s for s in self.streams.values() if s.admitted and not s.running]
         if not ready:
             return None
-        horizon = self.clock() + GUARD_S
+        horizon = self.clock() + self.guard_s
 
         def key(s: _Live) -> tuple[int, float, float]:
             if s.first_sent_at is None:
