@@ -48,7 +48,8 @@ from ttsvc.backends.onnxruntime import (
 )
 from ttsvc.compile.build import ensure_default_voice
 from ttsvc.repository.manifest import load_manifest, verify_files
-from ttsvc.synthesis import SynthesisParams, Synthesizer, WindowSchedule, to_pcm16
+from ttsvc.synthesis import SynthesisParams, Synthesizer, to_pcm16
+from ttsvc.windows import WindowSchedule
 
 DEFAULT_JSON = HERE / "results" / "engine_bench.json"
 

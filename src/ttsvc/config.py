@@ -24,7 +24,7 @@ from ttsvc.pool.cpus import (
     complete_split,
     cpu_budget,
 )
-from ttsvc.synthesis import WindowSchedule
+from ttsvc.windows import WindowSchedule
 
 DEFAULT_VOICE = "en_US-joe-medium"
 LogFormat = Literal["auto", "json", "console"]

@@ -22,6 +22,7 @@ from ttsvc.backends.base import EngineSet, FloatArray, IntArray, SentenceRun
 from ttsvc.errors import AudioTooLong, InvalidParameter, TimestampsUnavailable
 from ttsvc.protocol import WordTime
 from ttsvc.text.frontend import Sentence, TextFrontEnd
+from ttsvc.windows import Budget, WindowSchedule
 
 Pcm16 = npt.NDArray[np.int16]
 
@@ -64,98 +65,6 @@ class SynthesisParams(BaseModel):
             ],
             dtype=np.float32,
         )
-
-
-Budget = Callable[[], "float | None"]
-"""Compute seconds the next window may take (None: no limit), asked as it is sized."""
-
-
-@dataclass(frozen=True)
-class WindowSchedule:
-    """Frame window sizes: small first (time to first audio), then growing fast (throughput).
-
-    Every window carries the vocoder's context of overlap on each side, so few large windows
-    cost far less than many small ones (measured: doubling up to 128 frames cost +85 % against
-    one-shot, growing 8x up to 512 cost +12 %). What bounds growth is playback: a window must be
-    computed before the audio already sent runs out, so when the synthesizer knows its cost per
-    frame, each window is capped to a share of the audio sent before it.
-    """
-
-    first: int = 16
-    """Frames in the first window of a sentence (one frame = hop samples, 11.6 ms at 22050 Hz).
-
-    16 rather than 8, measured side by side over HTTP (``benchmarks/seed_bench.py``, 2 workers,
-    quiet machine): time to first audio at concurrency 1 rose 51 -> 56 ms, but streams with a
-    playback gap at concurrency 4 fell from 84-96 % to 0 % and throughput rose 15 -> 16.5
-    audio-s/s. 186 ms of audio covers a peer stream's sentence start on the same worker;
-    93 ms did not."""
-    growth: float = 8.0
-    """Each window is up to this many times the previous one..."""
-    max: int = 512
-    """...and at most this many frames."""
-    realtime_share: float = 0.5
-    """A window may take at most this share of the audio already sent to compute (the rest is
-    headroom for other streams on the same worker)."""
-    shared_min: int = 32
-    """Frames a window keeps however small a ``budget`` asks for: below this the vocoder's
-    context would cost more than the window's own frames."""
-    budget_share: float = 0.0
-    """For a worker's scheduler: the share of another stream's buffered audio one window may
-    compute for (the rest is for that stream's own next window); 0 turns the budget off.
-
-    Off by default: measured side by side (0.5 vs 0, first window 8 and 16), it did not reduce
-    gaps (concurrency 4: 96 vs 84 %, 8: 61 vs 68 %; with 16 frames first 0 vs 0 % and 27 vs
-    28 %) and cost ~5 % throughput. The gaps come from peers' sentence starts (acoustic engine
-    plus first window), which no window cap can split."""
-
-    def __post_init__(self) -> None:
-        if self.first < 1 or self.max < self.first or self.growth < 1.0:
-            raise ValueError(f"invalid window schedule {self}")
-        if not 0.0 < self.realtime_share <= 1.0 or not 0.0 <= self.budget_share <= 1.0:
-            raise ValueError(f"invalid window schedule {self}")
-
-    def windows(
-        self,
-        frames: int,
-        *,
-        frame_cost_s: float = 0.0,
-        frame_s: float = 0.0,
-        context: int = 0,
-        budget: Budget | None = None,
-        window_cost_s: float = 0.0,
-    ) -> Iterator[tuple[int, int]]:
-        """``[start, end)`` frame ranges covering ``frames`` frames, decided one at a time.
-
-        ``frame_cost_s`` (compute seconds per frame, context included), ``frame_s`` (audio
-        seconds per frame) and ``context`` (overlap frames per window) enable the playback cap;
-        without them the sizes follow ``first``/``growth``/``max`` alone. ``budget``, asked
-        just before each window after the first, caps that window's compute time (seconds, or
-        None for no cap): a worker uses it so one stream's window cannot outlast the audio
-        other streams still have buffered. ``window_cost_s`` is what one window's own engine run
-        costs per frame, when the flow runs as a step of its own (else ``frame_cost_s``).
-
-        Not scaled down for a busy worker: tried (windows sized by 1 / streams on the worker),
-        it left underruns at concurrency 4 unchanged and, in overload, cut throughput from 20 to
-        13 audio seconds per second, because small windows pay the overlap again and again.
-        """
-        start, size, limit = 0, self.first, float("inf")
-        while start < frames:
-            if start > 0 and budget is not None and frame_cost_s > 0:
-                allowed = budget()  # asked now, as the window is about to be computed
-                if allowed is not None:
-                    cost = window_cost_s or frame_cost_s
-                    fits = max(self.shared_min, int(allowed / cost) - context)
-                    size, limit = min(size, fits), min(limit, fits)
-            end = min(frames, start + size)
-            size = min(self.max, max(size + 1, int(size * self.growth)))
-            next_limit = float("inf")
-            if frame_cost_s > 0:
-                next_limit = self.realtime_share * end * frame_s / frame_cost_s - context
-                size = max(self.first, min(size, int(next_limit)))
-            if start > 0 and frames - end < size // 2 and frames - start <= limit:
-                end = frames  # a short tail costs a window's context for little audio: merge it
-            yield start, end
-            start, limit = end, max(next_limit, self.first)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from ttsvc.compile.build import (
 from ttsvc.errors import BackendUnavailable, InvalidParameter
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.repository.manifest import load_manifest, sha256_file
-from ttsvc.synthesis import SynthesisParams, Synthesizer, WindowSchedule
+from ttsvc.synthesis import SynthesisParams, Synthesizer
+from ttsvc.windows import WindowSchedule
 
 
 def test_published_layout_and_manifest(default_version: EngineVersion) -> None:

@@ -7,7 +7,8 @@ import pytest
 from ttsvc.compile.profiles import TensorProfile, engine_profiles, max_frames, widest_window
 from ttsvc.errors import InvalidParameter
 from ttsvc.repository.manifest import FrameContext
-from ttsvc.synthesis import FrameCall, SynthesisParams, Synthesizer, WindowSchedule
+from ttsvc.synthesis import FrameCall, SynthesisParams, Synthesizer
+from ttsvc.windows import WindowSchedule
 
 CONTEXTS = {
     "flow": FrameContext(left=32, right=32, max_abs_error=0.0),

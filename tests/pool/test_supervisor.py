@@ -18,7 +18,7 @@ from ttsvc.balancer import BalancerSettings, HeatScoreBalancer
 from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.pool.supervisor import DeadlineTally, WorkerPool, WorkerSpec, _WorkerHandle
 from ttsvc.protocol import EngineSpec, EnginesSwapped, Heartbeat, SwapEngines, WorkerReady
-from ttsvc.synthesis import WindowSchedule
+from ttsvc.windows import WindowSchedule
 
 LABEL = "1"
 

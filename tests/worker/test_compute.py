@@ -13,7 +13,8 @@ import pytest
 
 from ttsvc.backends.base import EngineSet
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, SynthesisJob
-from ttsvc.synthesis import SynthesisParams, Synthesizer, WindowSchedule
+from ttsvc.synthesis import SynthesisParams, Synthesizer
+from ttsvc.windows import WindowSchedule
 from ttsvc.worker.compute import StreamScheduler
 
 TEXT = (

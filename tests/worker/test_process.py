@@ -30,7 +30,7 @@ from ttsvc.protocol import (
 from ttsvc.repository.cache import EngineCache, snapshot
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest
-from ttsvc.synthesis import WindowSchedule
+from ttsvc.windows import WindowSchedule
 from ttsvc.worker.process import run_worker
 
 OTHER = "en_US-other-medium"

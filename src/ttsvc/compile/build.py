@@ -55,10 +55,10 @@ from ttsvc.repository.manifest import (
     sha256_file,
     write_manifest,
 )
-from ttsvc.synthesis import WindowSchedule
 from ttsvc.text.frontend import TextFrontEnd
 from ttsvc.text.phonemize import BOS, EOS, PAD, phonemize
 from ttsvc.voice import VOICE_FILE, VoiceConfig
+from ttsvc.windows import WindowSchedule
 
 Precision = Literal["fp32", "fp16", "int8"]
 Backend = Literal["ort", "trt"]

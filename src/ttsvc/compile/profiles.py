@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from ttsvc.errors import InvalidParameter
 from ttsvc.repository.manifest import FrameContext
-from ttsvc.synthesis import FLOW_CHUNK, WindowSchedule
+from ttsvc.synthesis import FLOW_CHUNK
+from ttsvc.windows import WindowSchedule
 
 MAX_BATCH_LIMIT = 64
 """Beyond this a profile's largest activations (batch x 200k samples x 32 channels) stop fitting

@@ -32,7 +32,7 @@ from ttsvc.compile.profiles import check_limits, engine_profiles
 from ttsvc.compile.split import SplitEngines, with_batch_axis
 from ttsvc.errors import GraphShapeError, InvalidParameter
 from ttsvc.repository.manifest import FrameContext
-from ttsvc.synthesis import WindowSchedule
+from ttsvc.windows import WindowSchedule
 
 PLANS = {"acoustic": trtb.ACOUSTIC_PLAN, "flow": trtb.FLOW_PLAN, "vocoder": trtb.VOCODER_PLAN}
 ONNX_FILES = {"acoustic": ACOUSTIC_FILE, "flow": FLOW_FILE, "vocoder": VOCODER_FILE}

@@ -81,7 +81,7 @@ from ttsvc.pool.supervisor import Mailbox, WorkerPool, WorkerSpec
 from ttsvc.protocol import AudioChunkMsg, EngineSpec, StreamDone, StreamError, SynthesisJob
 from ttsvc.repository.cache import EngineCache
 from ttsvc.voice import VOICE_FILE, VoiceConfig, describe, speaker_id
-from ttsvc.worker.process import ComputePlan
+from ttsvc.worker.plan import ComputePlan
 
 log = get_logger("gateway")
 

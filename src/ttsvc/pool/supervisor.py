@@ -36,8 +36,9 @@ from ttsvc.protocol import (
     ToWorker,
     WorkerReady,
 )
-from ttsvc.synthesis import WindowSchedule
-from ttsvc.worker.process import ComputePlan, run_worker
+from ttsvc.windows import WindowSchedule
+from ttsvc.worker import entry
+from ttsvc.worker.plan import ComputePlan
 
 log = get_logger("pool")
 Mailbox = asyncio.Queue[AudioChunkMsg | StreamDone | StreamError]
@@ -223,7 +224,7 @@ class WorkerPool:
         parent, child = self._ctx.Pipe(duplex=True)
         spec = self.spec
         process = self._ctx.Process(
-            target=run_worker,
+            target=entry.run,
             args=(wid, spec.engine, spec.threads, spec.schedule,
                   spec.max_sentence_chars, spec.multiplex, child, spec.log_level, spec.plan,
                   spec.log_format, dict(spec.voices), spec.voice_budget),

@@ -34,11 +34,13 @@ from ttsvc.protocol import (
     WorkerReady,
 )
 from ttsvc.repository.manifest import Manifest
-from ttsvc.synthesis import Synthesizer, WindowSchedule, canary_failure
+from ttsvc.synthesis import Synthesizer, canary_failure
+from ttsvc.windows import WindowSchedule
 from ttsvc.worker.batching import batch_limit, scheduler_for
 from ttsvc.worker.compute import StreamScheduler
 from ttsvc.worker.deadline import DeadlineScheduler, measure
 from ttsvc.worker.heap import Heap
+from ttsvc.worker.plan import ComputePlan
 from ttsvc.worker.voices import VoiceSet, footprint, resident_bytes, spec_bytes
 
 log = get_logger("worker")
@@ -86,20 +88,6 @@ def _load(
     else:
         synth.calibrate()  # window sizes then follow this machine's real speed
     return synth
-
-
-@dataclass(frozen=True)
-class ComputePlan:
-    """How a worker computes: its scheduler, compute threads and admission limit."""
-
-    threads: int = 1
-    """Compute threads over the process's one deadline queue (``deadline`` scheduler)."""
-    scheduler: str = "deadline"
-    """``deadline`` (``worker.deadline``) or ``legacy`` (``worker.compute``: one thread)."""
-    load_limit: float = 0.9
-    """Share of the measured real-time capacity admitted streams may demand."""
-    step_floor_s: float = 0.1
-    """The shortest bound the deadline scheduler puts on a step."""
 
 
 HANG_S = 5.0

@@ -1,0 +1,39 @@
+"""The gateway process loads no part of the worker stack.
+
+The gateway and the pool only route requests and spawn workers; ONNX Runtime, the synthesizer,
+the text front end's phonemizer and the schedulers belong to the worker processes (their memory,
+their start-up time). Checked in a fresh interpreter: this test process has them all loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+WORKER_STACK = (
+    "onnxruntime", "onnx", "tensorrt", "ttsvc.synthesis", "ttsvc.backends.onnxruntime",
+    "ttsvc.backends.loader", "ttsvc.backends.tensorrt", "ttsvc.compile", "ttsvc.text.frontend",
+    "ttsvc.text.phonemize", "ttsvc.worker.process", "ttsvc.worker.deadline",
+    "ttsvc.worker.compute", "ttsvc.worker.batching", "ttsvc.worker.voices", "ttsvc.worker.heap",
+)  # fmt: skip
+
+PROBE = """
+import json, sys
+from pathlib import Path
+from ttsvc.config import Settings
+from ttsvc.gateway.app import create_app
+import ttsvc.gateway.server, ttsvc.pool.supervisor
+create_app(Settings(engines_dir=Path(sys.argv[1])), "en_US-joe-medium")
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_building_the_gateway_imports_nothing_of_the_worker_stack(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path)], check=True,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    loaded = json.loads(out.stdout)
+    assert "ttsvc.gateway.app" in loaded and "ttsvc.worker.entry" in loaded  # the probe ran
+    heavy = [m for m in loaded if any(m == p or m.startswith(p + ".") for p in WORKER_STACK)]
+    assert heavy == []

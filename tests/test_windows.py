@@ -1,0 +1,70 @@
+"""Window schedules on their own: every frame covered once, the playback cap, the budget."""
+
+from __future__ import annotations
+
+import itertools
+
+from ttsvc.windows import WindowSchedule
+
+SCHEDULES = [
+    WindowSchedule(first=1, growth=2.0, max=64),
+    WindowSchedule(first=8, growth=2.0, max=128),
+    WindowSchedule(first=12, growth=1.5, max=48),
+    WindowSchedule(first=512, growth=1.0, max=512),
+    WindowSchedule(),
+]
+
+
+def test_windows_cover_every_frame_once() -> None:
+    for frames in (1, 7, 8, 9, 100, 181, 700, 3000):
+        for schedule in SCHEDULES:
+            plan = list(schedule.windows(frames))
+            assert plan[0][0] == 0 and plan[-1][1] == frames
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(plan))
+            assert all(end > start for start, end in plan)
+
+
+def test_playback_cap_keeps_each_window_inside_the_audio_already_sent() -> None:
+    schedule = WindowSchedule(first=8, growth=8.0, max=512, realtime_share=0.5)
+    cost, frame_s, context = 0.0006, 256 / 22050, 68
+    plan = list(schedule.windows(3000, frame_cost_s=cost, frame_s=frame_s, context=context))
+    uncapped = list(schedule.windows(3000))
+    assert len(plan) > len(uncapped)  # the cap made later windows smaller
+    sent = 0
+    for start, end in plan:  # a merged tail too stays within the cap
+        if sent >= 16:  # the first windows are at least ``first`` frames whatever the cap says
+            assert (end - start + context) * cost <= 0.5 * sent * frame_s + 1e-9
+        sent = end
+
+
+def test_budget_caps_each_later_window_but_never_below_shared_min() -> None:
+    schedule = WindowSchedule(first=8, growth=8.0, max=512, shared_min=32)
+    cost, frame_s, context = 0.0006, 256 / 22050, 24
+    asked: list[int] = []
+    budgets = iter([0.030, None, 0.001, 10.0] + [0.030] * 100)
+
+    def budget() -> float | None:
+        asked.append(len(asked))
+        return next(budgets)
+
+    kw = {"frame_cost_s": cost, "frame_s": frame_s, "context": context}
+    plan = list(schedule.windows(2000, budget=budget, **kw))
+    free = list(schedule.windows(2000, **kw))
+    sizes = [end - start for start, end in plan]
+    assert plan[0] == free[0]  # the first window is never asked about: time to first audio
+    assert len(asked) == len(plan) - 1  # asked once before each later window
+    # 30 ms at 0.6 ms per frame with 24 frames of context: 26 frames fit, below the floor of 32
+    assert sizes[1] == 32
+    assert sizes[2] == 256  # no limit: the window grows again (8x)
+    assert sizes[3] == 32  # a 1 ms budget cannot push below the floor either
+    assert sizes[4] == 256  # a generous budget leaves the schedule's own size
+    assert max(sizes[5:]) <= 32  # 30 ms budgets from then on, the tail included
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(plan)) and plan[-1][1] == 2000
+
+
+def test_no_budget_or_an_unlimited_one_changes_nothing() -> None:
+    schedule = WindowSchedule(first=8, growth=8.0, max=512)
+    kw = {"frame_cost_s": 0.0006, "frame_s": 256 / 22050, "context": 24}
+    free = list(schedule.windows(3000, **kw))
+    assert list(schedule.windows(3000, budget=lambda: None, **kw)) == free
+    assert list(schedule.windows(3000, budget=lambda: 1e9, **kw)) == free
