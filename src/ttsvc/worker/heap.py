@@ -12,7 +12,11 @@ until a container's memory limit killed it. Two calls fix it at the allocator:
 - ``malloc_trim(0)`` hands the free pages inside the arenas (small blocks: graph parsing, Python
   objects) back; the worker calls it when idle, so the few milliseconds never delay a window.
 
-Both are glibc's; elsewhere (musl, macOS) they are absent and this module does nothing.
+The inference runtime's own arena (ONNX Runtime's, shared by a worker's sessions) keeps what it
+grew to while an old and a new engine set ran side by side; after a swap or an eviction the next
+idle trim also has it hand its free regions back (``released``).
+
+The two calls are glibc's; elsewhere (musl, macOS) they are absent and only the arena shrinks.
 """
 
 from __future__ import annotations
@@ -95,8 +99,9 @@ class Heap:
         self._released = True
 
     def trim_if_due(self) -> bool:
-        """Trim if something was freed since the last trim and the interval has passed; call
-        only while no stream is waiting. True when it trimmed."""
+        """Trim (after a ``released``, shrink the runtime's arena first) if something was freed
+        since the last trim and the interval has passed; call only while no stream is waiting.
+        True when it trimmed."""
         if not self._dirty:
             return False
         now = time.monotonic()
