@@ -76,12 +76,7 @@ class Observed(DeadlineScheduler):
         if chosen is not None:
             waiting = any(s.first_sent_at is None and s is not chosen and s.admitted
                           and not s.running for s in self.streams.values())  # fmt: skip
-            if chosen.first_sent_at is None:
-                kind = "fresh"
-            elif self.latest_start(chosen) <= self.clock() + self.guard_s:
-                kind = "guard"
-            else:
-                kind = "ahead"
+            kind = ("guard", "fresh", "ahead")[self.rank(chosen, self.clock())[0]]
             self.picks[kind] += 1
             if waiting and kind != "fresh":
                 self.picks[f"{kind} before a fresh one"] += 1

@@ -296,15 +296,16 @@ class DeadlineScheduler:
         ready = [s for s in self.streams.values() if s.admitted and not s.running]
         if not ready:
             return None
-        horizon = self.clock() + self.guard_s
+        now = self.clock()
+        return min(ready, key=lambda s: self.rank(s, now))
 
-        def key(s: _Live) -> tuple[int, float, float]:
-            if s.first_sent_at is None:
-                return (1, self.due(s), s.arrived)
-            start = self.latest_start(s)
-            return (0 if start <= horizon else 2, start, s.arrived)
-
-        return min(ready, key=key)
+    def rank(self, stream: _Stream, now: float) -> tuple[int, float, float]:
+        """``pick``'s order key: class (0 a playing stream inside the guard, 1 a fresh stream,
+        2 another playing stream), then its start-by or due time, then arrival."""
+        if stream.first_sent_at is None:
+            return (1, self.due(stream), stream.arrived)
+        start = self.latest_start(stream)
+        return (0 if start <= now + self.guard_s else 2, start, stream.arrived)
 
     def _free_threads(self, now: float, exclude: _Stream | None) -> list[float]:
         """When each thread other than the caller's frees: now for an idle one, else when its
