@@ -5,9 +5,9 @@ worker, and every stream it carried). ``NEIGHBOURS`` are nearby shapes, and real
 long words, that must keep being spoken.
 
 Data only, and never imported by the service itself. It lives in the package, beside the guards
-in ``ttsvc.text.normalize`` that exist for these shapes, because two consumers need the same list:
-the tests (front end and a real server) and ``benchmarks/reliability_bench.py``; the benchmarks
-do not import the tests.
+in ``ttsvc.text.espeak_guards`` that exist for these shapes, because two consumers need the same
+list: the tests (front end and a real server) and ``benchmarks/reliability_bench.py``; the
+benchmarks do not import the tests.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ttsvc.text.normalize import Normalized
 from ttsvc.text.phonemize import BOS, PAD
+from ttsvc.text.tracked import Normalized
 
 STRESS = frozenset("ˈˌ")
 """Stress marks: phonemes of their own in Piper's ids, said with the phoneme after them."""
