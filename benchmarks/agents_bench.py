@@ -63,11 +63,10 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 from bench_common import (
     DEFAULT_CORPUS,
     DEFAULT_ENGINES,
-    HERE,
     HOST,
+    RESULTS,
     SERVER_LOG_DIR,
     Server,
-    clean,
     fmt,
     free_port,
     load_corpus,
@@ -76,6 +75,7 @@ from bench_common import (
     relative,
     utc_timestamp,
     write_atomic,
+    write_json,
 )
 from ttsvc.compile.build import ensure_default_voice
 
@@ -329,7 +329,7 @@ def main() -> int:
         default=None,
         help="the three-sentence reply (default: the corpus's first three lines)",
     )
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "agents_bench.json",
+    parser.add_argument("--out", type=Path, default=RESULTS / "agents_bench.json",
                         help="JSON result; the markdown goes next to it as .md "
                         "(default: benchmarks/results/agents_bench.json)")  # fmt: skip
     args = parser.parse_args()
@@ -380,7 +380,7 @@ def main() -> int:
         "server_exit_code": code,
         "rows": rows,
     }
-    write_atomic(args.out, json.dumps(clean(report), indent=2) + "\n")
+    write_json(args.out, report, indent=2)
     write_atomic(args.out.with_suffix(".md"), markdown)
     return 0
 

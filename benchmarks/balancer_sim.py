@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import json
 import math
 import random
 import sys
@@ -41,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from bench_common import RESULTS, markdown_table, pct, write_json
 from ttsvc.balancer import BalancerSettings, HeatScoreBalancer
 
 SLOWDOWNS = (3.0, 1.0, 1.0, 1.0)
@@ -249,12 +249,6 @@ def simulate(policy_name: str, requests: list[Request]) -> tuple[list[float], li
     return ttfa_ms, chosen
 
 
-def percentile(sorted_values: list[float], p: float) -> float:
-    """Nearest-rank percentile of already sorted values."""
-    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
 @dataclass(frozen=True)
 class Row:
     policy: str
@@ -281,8 +275,8 @@ def run(seed: int, count: int) -> list[Row]:
                     load=load,
                     arrival_rps=round(rate, 3),
                     requests=count,
-                    ttfa_p50_ms=round(percentile(ordered, 50), 1),
-                    ttfa_p99_ms=round(percentile(ordered, 99), 1),
+                    ttfa_p50_ms=round(pct(ordered, 50, "nearest_rank"), 1),
+                    ttfa_p99_ms=round(pct(ordered, 99, "nearest_rank"), 1),
                     ttfa_mean_ms=round(sum(ttfa) / count, 1),
                     slow_worker_share=round(chosen.count(0) / count, 4),
                 )
@@ -291,16 +285,15 @@ def run(seed: int, count: int) -> list[Row]:
 
 
 def markdown(rows: list[Row]) -> str:
-    lines = [
-        "| load | policy | TTFA p50 (ms) | TTFA p99 (ms) | mean (ms) | to slow worker |",
-        "|---:|---|---:|---:|---:|---:|",
-    ]
-    lines += [
-        f"| {r.load:.0%} | {r.policy} | {r.ttfa_p50_ms:.1f} | {r.ttfa_p99_ms:.1f} "
-        f"| {r.ttfa_mean_ms:.1f} | {r.slow_worker_share:.1%} |"
-        for r in rows
-    ]
-    return "\n".join(lines)
+    return markdown_table(
+        ["load", "policy", "TTFA p50 (ms)", "TTFA p99 (ms)", "mean (ms)", "to slow worker"],
+        "rlrrrr",
+        (
+            [f"{r.load:.0%}", r.policy, f"{r.ttfa_p50_ms:.1f}", f"{r.ttfa_p99_ms:.1f}",
+             f"{r.ttfa_mean_ms:.1f}", f"{r.slow_worker_share:.1%}"]
+            for r in rows
+        ),
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -312,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--json",
         type=Path,
-        default=Path(__file__).resolve().parent / "results" / "balancer_sim.json",
+        default=RESULTS / "balancer_sim.json",
         help="where to write the JSON results (default benchmarks/results/balancer_sim.json)",
     )
     args = parser.parse_args(argv)
@@ -325,7 +318,6 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.requests} requests per cell\n"
     )
     print(markdown(rows))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "seed": args.seed,
         "requests": args.requests,
@@ -342,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": asdict(BalancerSettings()),
         "results": [asdict(r) for r in rows],
     }
-    args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    write_json(args.json, payload, indent=2, clean_nan=False)
     print(f"\nwrote {args.json}")
     return 0
 

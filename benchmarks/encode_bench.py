@@ -10,7 +10,6 @@ does. Prints a markdown table; ``--json`` also writes the numbers. Run from the 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -18,8 +17,9 @@ from pathlib import Path
 
 import soxr
 
+from bench_common import write_json
 from ttsvc.audio.encode import FORMATS, Encoder
-from ttsvc.backends.onnxruntime import load_engine_set
+from ttsvc.backends.loader import load_engine_set
 from ttsvc.compile.build import ensure_default_voice
 from ttsvc.synthesis import SynthesisParams, Synthesizer
 
@@ -59,7 +59,7 @@ def main() -> int:
     for r in rows:
         print(f"| {r['format']} | {r['rate']} | {r['ms_per_audio_s']:.2f} | {r['kbit_per_s']} |")
     if args.json is not None:
-        args.json.write_text(json.dumps({"audio_s": seconds, "rows": rows}, indent=1))
+        write_json(args.json, {"audio_s": seconds, "rows": rows}, clean_nan=False, newline=False)
     return 0
 
 

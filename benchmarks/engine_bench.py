@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import random
 import sys
 import time
@@ -35,12 +34,13 @@ import onnxruntime as ort
 from bench_common import (
     DEFAULT_CORPUS,
     DEFAULT_ENGINES,
-    HERE,
+    RESULTS,
     load_corpus,
     machine_info,
+    pct,
     relative,
     utc_timestamp,
-    write_atomic,
+    write_json,
 )
 from ttsvc.backends.onnxruntime import (
     create_session,
@@ -51,7 +51,7 @@ from ttsvc.repository.manifest import load_manifest, verify_files
 from ttsvc.synthesis import SynthesisParams, Synthesizer, to_pcm16
 from ttsvc.windows import WindowSchedule
 
-DEFAULT_JSON = HERE / "results" / "engine_bench.json"
+DEFAULT_JSON = RESULTS / "engine_bench.json"
 
 TARGET_FIRST_CHUNK_MS = 25.0
 """Median engine-level time to first chunk (from the start of ``latents()``)."""
@@ -100,7 +100,7 @@ def stats(values: Sequence[float]) -> Stats:
         return {"median": float("nan"), "p90": float("nan"), "n": 0}
     return {
         "median": float(np.median(arr)),
-        "p90": float(np.percentile(arr, 90)),
+        "p90": pct(arr, 90),
         "n": int(arr.size),
     }
 
@@ -630,7 +630,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_raw_ms": load,
         "sentences": records,
     }
-    write_atomic(args.json, json.dumps(document, indent=1, ensure_ascii=False) + "\n")
+    write_json(args.json, document, clean_nan=False, ensure_ascii=False)
     log(f"wrote {args.json}")
     return 0
 

@@ -28,18 +28,20 @@ import numpy as np
 from bench_common import (
     DEFAULT_CORPUS,
     HERE,
-    clean,
+    RESULTS,
     fmt,
     load_corpus,
     machine_info,
     pct,
     relative,
     utc_timestamp,
-    write_atomic,
+    write_json,
 )
-from ttsvc.backends import tensorrt as trtb
+from ttsvc.backends import gpu as gpu_probe
 from ttsvc.backends.loader import load_engine_set
-from ttsvc.compile.build import CompileOptions, compile_voice, default_checkpoint, snr_db
+from ttsvc.compile.build import compile_voice, default_checkpoint
+from ttsvc.compile.inputs import CompileOptions
+from ttsvc.compile.reference import snr_db
 from ttsvc.config import DEFAULT_VOICE
 from ttsvc.errors import TTSError
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
@@ -129,15 +131,15 @@ def main() -> int:
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=3, help="runs per concurrency (best kept)")
-    parser.add_argument("--output", type=Path, default=HERE / "results" / "gpu_check.json")
+    parser.add_argument("--output", type=Path, default=RESULTS / "gpu_check.json")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
 
-    reason = trtb.gpu_unavailable_reason()
+    reason = gpu_probe.gpu_unavailable_reason()
     if reason is not None:
         print(f"gpu_check: cannot run here: {reason}", file=sys.stderr)
         return 2
-    gpu_info = trtb.gpu_info()
+    gpu_info = gpu_probe.gpu_info()
     print(f"GPU: {gpu_info.name} (sm {gpu_info.compute_capability}, CUDA {gpu_info.cuda_runtime})")
     prompts = load_corpus(args.corpus)
     try:
@@ -179,7 +181,7 @@ def main() -> int:
         "riva": RIVA,
         "riva_beaten_at_6": beat,
     }
-    write_atomic(args.output, json.dumps(clean(result), indent=2) + "\n")
+    write_json(args.output, result, indent=2)
     print(f"wrote {relative(args.output)}")
     return 0 if min(scores) >= MIN_SNR_DB else 1
 

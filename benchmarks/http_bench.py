@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 from collections.abc import Sequence
@@ -41,23 +40,26 @@ import onnxruntime as ort
 from bench_common import (
     DEFAULT_CORPUS,
     DEFAULT_ENGINES,
-    HERE,
     HOST,
+    RESULTS,
     SERVER_LOG_DIR,
+    Record,
     Server,
-    clean,
     fmt,
     load_corpus,
     machine_info,
+    markdown_table,
+    one_request,
     ratio,
     relative,
     utc_timestamp,
-    write_atomic,
+    write_json,
+    write_raw,
 )
-from loadgen import Record, closed_loop, one_request, summarize_records
+from bench_common.load import closed_loop, summarize_records
 from ttsvc.compile.build import ensure_default_voice
 
-DEFAULT_JSON = HERE / "results" / "http_bench.json"
+DEFAULT_JSON = RESULTS / "http_bench.json"
 
 READY_TIMEOUT_S = 120.0
 """How long a server gets to become ready (spawn workers, load engines)."""
@@ -180,8 +182,8 @@ async def run_level(
     text_ids: Sequence[int],
     max_seconds: float,
 ) -> LevelResult:
-    """Closed loop (``loadgen.closed_loop``): request ``i`` sends text ``text_ids[i]`` in both
-    modes; the level's wall time runs from the start to the last response."""
+    """Closed loop (``bench_common.load.closed_loop``): request ``i`` sends text ``text_ids[i]``
+    in both modes; the level's wall time runs from the start to the last response."""
 
     def make(index: int) -> Record:
         tid = text_ids[index]
@@ -220,7 +222,8 @@ async def warm_up(
 
 
 def summarize(level: LevelResult) -> dict[str, Any]:
-    """The per-level figures of the table (``loadgen.summarize_records``) with the mode."""
+    """The per-level figures of the table (``bench_common.load.summarize_records``), and the
+    mode."""
     out: dict[str, Any] = {
         "mode": level.mode,
         "multiplex": MODES[level.mode],
@@ -234,24 +237,22 @@ def summarize(level: LevelResult) -> dict[str, Any]:
 
 def results_table(summaries: Sequence[dict[str, Any]]) -> str:
     """The main markdown table, one row per (mode, concurrency)."""
-    head = (
-        "| multiplex | c | n ok | QPS | TTFA p50 ms | TTFA p95 ms | TTFA p99 ms | "
-        "latency p50 ms | latency p99 ms | audio s/s | underruns % | errors |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-    )
     rows = []
     for s in summaries:
         errors = ", ".join(f"{k}×{v}" for k, v in sorted(s["errors_by_kind"].items())) or "0"
         n = f"{s['ok']}/{s['sent']}" + (" (time limit)" if s["stopped_by_deadline"] else "")
         share = s["underrun_share"]
-        rows.append(
-            f"| {s['mode']} | {s['concurrency']} | {n} | {fmt(s['qps'], 2)} | "
-            f"{fmt(s['ttfa_p50_ms'])} | {fmt(s['ttfa_p95_ms'])} | {fmt(s['ttfa_p99_ms'])} | "
-            f"{fmt(s['latency_p50_ms'])} | {fmt(s['latency_p99_ms'])} | "
-            f"{fmt(s['audio_s_per_s'], 2)} | {fmt(None if share is None else 100 * share)} | "
-            f"{errors} |"
-        )
-    return "\n".join([head, *rows])
+        rows.append([
+            s["mode"], str(s["concurrency"]), n, fmt(s["qps"], 2),
+            fmt(s["ttfa_p50_ms"]), fmt(s["ttfa_p95_ms"]), fmt(s["ttfa_p99_ms"]),
+            fmt(s["latency_p50_ms"]), fmt(s["latency_p99_ms"]),
+            fmt(s["audio_s_per_s"], 2), fmt(None if share is None else 100 * share), errors,
+        ])  # fmt: skip
+    return markdown_table(
+        ["multiplex", "c", "n ok", "QPS", "TTFA p50 ms", "TTFA p95 ms", "TTFA p99 ms",
+         "latency p50 ms", "latency p99 ms", "audio s/s", "underruns %", "errors"],
+        "lrrrrrrrrrrl", rows,
+    )  # fmt: skip
 
 
 def compare_modes(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -273,18 +274,18 @@ def compare_modes(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def comparison_table(rows: Sequence[dict[str, Any]]) -> str:
     """The second markdown table: TTFA with multiplexing on relative to off (< 1: on is faster)."""
-    head = (
-        "| c | TTFA p50 on / off ms | p50 ratio on/off "
-        "| TTFA p99 on / off ms | p99 ratio on/off |\n"
-        "|---:|---:|---:|---:|---:|"
-    )
-    lines = [
-        f"| {r['concurrency']} | {fmt(r['on_ttfa_p50_ms'])} / {fmt(r['off_ttfa_p50_ms'])} | "
-        f"{fmt(r['p50_ratio_on_off'], 2)} | {fmt(r['on_ttfa_p99_ms'])} / "
-        f"{fmt(r['off_ttfa_p99_ms'])} | {fmt(r['p99_ratio_on_off'], 2)} |"
-        for r in rows
-    ]
-    return "\n".join([head, *lines])
+    return markdown_table(
+        ["c", "TTFA p50 on / off ms", "p50 ratio on/off", "TTFA p99 on / off ms",
+         "p99 ratio on/off"],
+        "rrrrr",
+        (
+            [str(r["concurrency"]), f"{fmt(r['on_ttfa_p50_ms'])} / {fmt(r['off_ttfa_p50_ms'])}",
+             fmt(r["p50_ratio_on_off"], 2),
+             f"{fmt(r['on_ttfa_p99_ms'])} / {fmt(r['off_ttfa_p99_ms'])}",
+             fmt(r["p99_ratio_on_off"], 2)]
+            for r in rows
+        ),
+    )  # fmt: skip
 
 
 def check_targets(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -436,6 +437,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for t in targets:
         print(f"- {t['target']} ≤ {t['limit_ms']:.0f} ms: {fmt(t['value_ms'])} ms — {t['verdict']}")
 
+    out = Path(args.json)
+    raw = write_raw(out, {
+        "warmup_records": [asdict(r) for r in all_warm],
+        "records": [asdict(r) for level in all_levels for r in level.records],
+    })  # fmt: skip
     payload = {
         "benchmark": "http_bench",
         "date": date,
@@ -460,11 +466,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "summary": summaries,
         "comparison": comparison,
         "targets": targets,
-        "warmup_records": [asdict(r) for r in all_warm],
-        "records": [asdict(r) for level in all_levels for r in level.records],
+        "raw_records": relative(raw),
     }
-    out = Path(args.json)
-    write_atomic(out, json.dumps(clean(payload), indent=1, allow_nan=False) + "\n")
+    write_json(out, payload, allow_nan=False)
     print(f"\nwrote {relative(out)}", file=sys.stderr)
     return 0
 

@@ -37,24 +37,26 @@ import httpx
 from bench_common import (
     DEFAULT_CORPUS,
     DEFAULT_ENGINES,
-    HERE,
+    RESULTS,
     SERVER_LOG_DIR,
+    Record,
     Server,
-    clean,
     fmt,
     load_corpus,
     machine_info,
+    one_request,
+    pct,
     ratio,
     relative,
     utc_timestamp,
-    write_atomic,
+    write_json,
+    write_raw,
 )
-from loadgen import Record, one_request, percentile
 from ttsvc.compile.build import ensure_default_voice
 from ttsvc.gateway.auth import append_key, key_line, new_key
 from ttsvc.gateway.ratelimit import Quota
 
-DEFAULT_JSON = HERE / "results" / "key_fairness_bench.json"
+DEFAULT_JSON = RESULTS / "key_fairness_bench.json"
 READY_TIMEOUT_S = 180.0
 FLOOD_BACKOFF_S = 0.5
 """A refused flooding client tries again after this (it ignores ``Retry-After``: a flood)."""
@@ -86,10 +88,10 @@ def summarize(records: Sequence[Record], refused: int, wall_s: float) -> dict[st
         "refused_429": refused,
         "other_errors": sum(1 for r in records if not r.ok and r.status != 429),
         "refused_share": refused / asked if asked else None,
-        "ttfa_p50_ms": percentile(ttfa, 50),
-        "ttfa_p95_ms": percentile(ttfa, 95),
-        "latency_p50_ms": percentile(latency, 50),
-        "latency_p95_ms": percentile(latency, 95),
+        "ttfa_p50_ms": pct(ttfa, 50),
+        "ttfa_p95_ms": pct(ttfa, 95),
+        "latency_p50_ms": pct(latency, 50),
+        "latency_p95_ms": pct(latency, 95),
         "wall_s": wall_s,
     }
 
@@ -173,7 +175,7 @@ async def run(args: argparse.Namespace, server: Server, keys: dict[str, str],
         "records": {
             "idle": [asdict(r) for r in idle[0]],
             "flooded": [asdict(r) for r in loaded[0]],
-        },
+        },  # main moves these to the raw file
     }
 
 
@@ -228,12 +230,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous: dict[str, Any] = {}
     if args.json.exists():
         previous = json.loads(args.json.read_text(encoding="utf-8")).get("runs", {})
+    raw = write_raw(args.json.with_name(f"{args.json.stem}.{args.label}.json"),
+                    result.pop("records"))  # fmt: skip
+    result["raw_records"] = relative(raw)
     result["date"] = utc_timestamp()
     result["settings"] = {k: (relative(v) if isinstance(v, Path) else v)
                           for k, v in vars(args).items()}  # fmt: skip
     runs = {**previous, args.label: result}
     doc = {"machine": machine_info({}), "runs": runs}
-    write_atomic(args.json, json.dumps(clean(doc), indent=1) + "\n")
+    write_json(args.json, doc)
     print(table(runs))
     print(f"\nJSON: {relative(args.json)}", file=sys.stderr)
     return 0

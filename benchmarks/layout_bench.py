@@ -17,7 +17,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -31,10 +30,19 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent / "src"))
 
-from bench_common import fmt, machine_info, relative, utc_timestamp, write_atomic  # noqa: E402
+from bench_common import (  # noqa: E402
+    fmt,
+    machine_info,
+    relative,
+    utc_timestamp,
+    write_atomic,
+    write_json,
+)
 from ttsvc.backends.onnxruntime import create_session  # noqa: E402
-from ttsvc.compile.build import _optimize, default_checkpoint, load_piper_graph  # noqa: E402
+from ttsvc.compile.build import default_checkpoint  # noqa: E402
+from ttsvc.compile.inputs import load_piper_graph  # noqa: E402
 from ttsvc.compile.layout import lift_convolutions, timing_feeds  # noqa: E402
+from ttsvc.compile.optimize import optimize  # noqa: E402
 from ttsvc.compile.split import split_model  # noqa: E402
 
 
@@ -67,8 +75,8 @@ def main() -> int:
             assert model is not None
             lifted, convs = lift_convolutions(model)
             paths = [Path(tmp) / f"{name}.onnx", Path(tmp) / f"{name}.2d.onnx"]
-            _optimize(model, paths[0])
-            _optimize(lifted, paths[1])
+            optimize(model, paths[0])
+            optimize(lifted, paths[1])
             sessions = [create_session(p, 1) for p in paths]
             for size in _sizes(args.ids if name == "acoustic" else args.frames):
                 feeds = _feeds(name, model, size)
@@ -104,7 +112,7 @@ def main() -> int:
     report = {"benchmark": "layout_bench", "when": utc_timestamp(),
               "machine": machine_info({"onnx": onnx.__version__}), "reps": args.reps,
               "rows": rows}  # fmt: skip
-    write_atomic(args.json, json.dumps(report, indent=1))
+    write_json(args.json, report, clean_nan=False, newline=False)
     write_atomic(args.json.with_suffix(".md"), f"# Convolution layouts, side by side\n\n"
                  f"`python benchmarks/layout_bench.py` ({report['when']})\n\n{table}\n")
     print(f"wrote {relative(args.json)}")

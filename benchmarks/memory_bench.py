@@ -27,7 +27,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import shutil
 import subprocess
@@ -46,23 +45,22 @@ import onnxruntime as ort
 from bench_common import (
     DEFAULT_CORPUS,
     DEFAULT_ENGINES,
-    HERE,
     HOST,
+    RESULTS,
     SERVER_LOG_DIR,
     WAV_HEADER_BYTES,
     Server,
-    clean,
     fmt,
     load_corpus,
     machine_info,
     relative,
     utc_timestamp,
-    write_atomic,
+    write_json,
 )
 from swap_bench import ACOUSTIC, PUBLISH_FACTORS, VOICE, make_variant, publish
 from ttsvc.compile.build import ensure_default_voice
 
-DEFAULT_JSON = HERE / "results" / "memory_bench.json"
+DEFAULT_JSON = RESULTS / "memory_bench.json"
 
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
 """Deterministic synthesis: the same text gives the same audio in every run."""
@@ -353,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "errors": errors,
         "server_exit_code": exit_code,
     }  # fmt: skip
-    write_atomic(Path(args.json), json.dumps(clean(payload), indent=1, allow_nan=False) + "\n")
+    write_json(Path(args.json), payload, allow_nan=False)
     print(f"\nwrote {relative(Path(args.json))}", file=sys.stderr)
     return 0
 

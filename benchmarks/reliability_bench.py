@@ -47,18 +47,17 @@ import httpx
 
 from bench_common import (
     DEFAULT_ENGINES,
-    HERE,
     HOST,
+    RESULTS,
     SERVER_LOG_DIR,
     STOP_TIMEOUT_S,
     WAV_HEADER_BYTES,
     Server,
-    clean,
     fmt,
     machine_info,
     relative,
     utc_timestamp,
-    write_atomic,
+    write_json,
 )
 from ttsvc.compile.build import ensure_default_voice
 from ttsvc.config import Settings
@@ -66,7 +65,7 @@ from ttsvc.text.normalize import normalize
 from ttsvc.text.poison import NEIGHBOURS, POISON
 from ttsvc.text.segment import split_sentences
 
-DEFAULT_JSON = HERE / "results" / "reliability_bench.json"
+DEFAULT_JSON = RESULTS / "reliability_bench.json"
 SECTIONS = ("poison", "fuzz", "drain", "frozen")
 READY_TIMEOUT_S = 240.0
 POLL_TIMEOUT_S = 2.0
@@ -501,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               for k, v in vars(args).items()}  # fmt: skip
         sections[name] = result
     doc = {"benchmark": "reliability_bench", "machine": info, "sections": sections}
-    write_atomic(args.json, json.dumps(clean(doc), indent=1, allow_nan=False) + "\n")
+    write_json(args.json, doc, allow_nan=False)
     print(f"wrote {relative(args.json)}", file=sys.stderr)
     return 0
 

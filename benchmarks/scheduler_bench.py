@@ -6,10 +6,10 @@ the clients on the same cores and the spread of ~120 requests per level blur the
 trade-offs. Here one worker's ``DeadlineScheduler`` (its compute threads, the real engines of the
 default voice) is driven directly: each request's time to first audio is split into the wait for
 admission and the rest, each stream is played from its first chunk by a simulated real-time
-player (``loadgen.playback``), and every pick is classed (a playing stream inside the guard, a
-fresh stream, another playing stream; counted over the whole level, warm-up included), so a
-variant that starts fresh streams sooner shows what it costs the playing ones. Variants of the
-policy (``guard_s``, ``step_floor_s``, ``load_limit``) run one after
+player (``bench_common.playback``), and every pick is classed (a playing stream inside the
+guard, a fresh stream, another playing stream; counted over the whole level, warm-up included),
+so a variant that starts fresh streams sooner shows what it costs the playing ones. Variants of
+the policy (``guard_s``, ``step_floor_s``, ``load_limit``) run one after
 another at each load, in rotating order, so drift on a shared machine lands on all alike.
 
 Run from the repository root::
@@ -21,7 +21,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import threading
@@ -40,17 +39,21 @@ from bench_common import (  # noqa: E402
     fmt,
     load_corpus,
     machine_info,
+    pct,
+    playback,
     relative,
     utc_timestamp,
     write_atomic,
+    write_json,
 )
-from loadgen import percentile, playback  # noqa: E402
 from ttsvc.backends.loader import load_engine_set  # noqa: E402
 from ttsvc.compile.build import ensure_default_voice  # noqa: E402
 from ttsvc.observability.logs import configure_logging  # noqa: E402
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob  # noqa: E402
 from ttsvc.synthesis import Synthesizer  # noqa: E402
-from ttsvc.worker.deadline import DeadlineScheduler, _Live, measure  # noqa: E402
+from ttsvc.worker.costs import measure  # noqa: E402
+from ttsvc.worker.deadline import DeadlineScheduler  # noqa: E402
+from ttsvc.worker.deadline_policy import Live  # noqa: E402
 
 POLICY = ("guard_s", "step_floor_s", "load_limit")
 """The scheduler's arguments a variant may set."""
@@ -71,7 +74,7 @@ class Observed(DeadlineScheduler):
             if stream.admitted:
                 self.admitted_at.setdefault(uid, now)
 
-    def pick(self) -> _Live | None:
+    def pick(self) -> Live | None:
         chosen = super().pick()
         if chosen is not None:
             waiting = any(s.first_sent_at is None and s is not chosen and s.admitted
@@ -153,8 +156,8 @@ def run_level(synth: Synthesizer, measured: tuple[float, float, float], threads:
     return {
         "kind": kind, "callers": callers, "policy": policy, "requests": len(counted),
         "stalled_pct": 100.0 * sum(stalled) / max(len(stalled), 1),
-        "ttfa_ms": {q: percentile(ttfa, q) for q in (50, 95, 99)},
-        "admission_wait_ms": {q: percentile(admission, q) for q in (50, 99)},
+        "ttfa_ms": {q: pct(ttfa, q) for q in (50, 95, 99)},
+        "admission_wait_ms": {q: pct(admission, q) for q in (50, 99)},
         "audio_s_per_s": audio / max(wall, 1e-9), "deadline_misses": sched.misses,
         "capacity": sched.capacity.value, "picks": dict(sched.picks),
     }  # fmt: skip
@@ -227,7 +230,7 @@ def main() -> int:
               "measured": dict(zip(("rate", "first_chunk_s", "audio_per_char"), measured,
                                    strict=True)),
               "variants": dict(variants), "rows": rows}  # fmt: skip
-    write_atomic(args.json, json.dumps(report, indent=1))
+    write_json(args.json, report, clean_nan=False, newline=False)
     write_atomic(args.json.with_suffix(".md"),
                  f"# Deadline scheduler in process, variants side by side\n\n"
                  f"`python benchmarks/scheduler_bench.py --loads {args.loads} --seconds "

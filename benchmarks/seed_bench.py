@@ -50,10 +50,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import json
 import random
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -70,27 +68,30 @@ from bench_common import (
     DEFAULT_ENGINES,
     HERE,
     HOST,
+    RESULTS,
     SERVER_LOG_DIR,
+    Record,
     Server,
-    clean,
+    ServerProcess,
+    finite,
     fmt,
     free_port,
     load_corpus,
-    log_tail,
     machine_info,
+    one_request,
     ratio,
     relative,
+    serve_argv,
     utc_timestamp,
     write_atomic,
+    write_json,
+    write_raw,
 )
-from loadgen import (
+from bench_common.load import (
     LevelRun,
-    Record,
     ResourceMonitor,
     closed_loop,
-    finite,
     meets_slo,
-    one_request,
     open_loop,
     paced_loop,
     poisson_arrivals,
@@ -100,7 +101,6 @@ from loadgen import (
 )
 from ttsvc.compile.build import default_checkpoint, ensure_default_voice
 
-RESULTS = HERE / "results"
 DEFAULT_JSON = RESULTS / "seed_bench.json"
 READY_TIMEOUT_S = 180.0
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
@@ -164,8 +164,7 @@ class System:
     """``--workers`` for a ttsvc system; None leaves the split to the service's defaults."""
     metrics_port: int | None = None
     """A ttsvc system's metrics port (deadline counters are read from it)."""
-    proc: subprocess.Popen[bytes] | None = None
-    server: Server | None = None
+    server: ServerProcess | None = None
     ready_s: float | None = None
     note: str = ""
 
@@ -177,17 +176,14 @@ class System:
     @property
     def pid(self) -> int:
         """The server's root process."""
-        proc = self.server.proc if self.server else self.proc
-        assert proc is not None
-        return proc.pid
+        assert self.server is not None
+        return self.server.proc.pid
 
     def command(self, engines_dir: Path) -> list[str]:
         """The command line ``start`` runs (for ``--dry-run`` and the results)."""
         if not self.name.startswith("ttsvc"):
             return self.argv
-        return [sys.executable, "-m", "ttsvc.cli", "serve", "--host", HOST, "--port",
-                str(self.port), *([] if self.workers is None else ["--workers", str(self.workers)]),
-                "--engines-dir", str(engines_dir), *self.extra_args]  # fmt: skip
+        return serve_argv(engines_dir, self.workers, self.port, self.extra_args)
 
     def start(self, engines_dir: Path) -> None:
         """Start the server process, its output in ``log``."""
@@ -196,42 +192,22 @@ class System:
                                  extra_args=self.extra_args)  # fmt: skip
             self.argv = self.server.argv
             return
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
+        self.server = ServerProcess(self.argv, self.log, port=self.port)
 
     def wait_ready(self) -> None:
         """Poll the health URL until it answers 200; a process that dies is reported at once."""
-        proc = self.server.proc if self.server else self.proc
-        assert proc is not None
-        started = time.perf_counter()
-        with httpx.Client(timeout=2.0, trust_env=False) as client:
-            while time.perf_counter() - started < READY_TIMEOUT_S:
-                try:
-                    if client.get(f"http://{HOST}:{self.port}{self.health}").status_code == 200:
-                        self.ready_s = time.perf_counter() - started
-                        return
-                except httpx.HTTPError:
-                    pass
-                try:
-                    code = proc.wait(timeout=0.2)
-                except subprocess.TimeoutExpired:
-                    continue
-                raise RuntimeError(f"{self.name} exited with {code}:\n{log_tail(self.log)}")
-        raise RuntimeError(f"{self.name} not ready in {READY_TIMEOUT_S:.0f} s")
+        assert self.server is not None
+        self.ready_s = self.server.wait_ready(
+            lambda c: c.get(self.health).status_code == 200,
+            timeout_s=READY_TIMEOUT_S, poll_timeout_s=2.0, interval_s=0.2, name=self.name,
+        )  # fmt: skip
 
     def stop(self) -> None:
-        """SIGTERM, then kill if it lingers."""
-        if self.server is not None:
+        """SIGTERM, then kill if it lingers (ttsvc drains for longer than the others)."""
+        if isinstance(self.server, Server):
             self.server.stop()
-            return
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        elif self.server is not None:
+            self.server.stop(20, announce_kill=False)
 
 
 def make_systems(args: argparse.Namespace) -> tuple[list[System], list[str]]:
@@ -843,6 +819,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = "\n".join(text)
     print(summary)
     write_atomic(Path(args.summary), summary)
+    raw = write_raw(Path(args.json), [asdict(rec) | {"kind": r.kind, "round": r.round}
+                                      for r in runs for rec in r.records])  # fmt: skip
     payload = {
         "benchmark": "seed_bench",
         "date": date,
@@ -858,10 +836,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "targets": verdicts(ours) if ours else [],
         "levels": rows,
         "runs": [{k: v for k, v in r.summary().items()} for r in runs],
-        "records": [asdict(rec) | {"kind": r.kind, "round": r.round}
-                    for r in runs for rec in r.records],
+        "raw_records": relative(raw),
     }  # fmt: skip
-    write_atomic(Path(args.json), json.dumps(clean(payload), indent=1, allow_nan=False) + "\n")
+    write_json(Path(args.json), payload, allow_nan=False)
     print(f"\nwrote {relative(Path(args.json))}, {relative(Path(args.summary))}, "
           f"{relative(Path(args.plot))} in {elapsed / 60:.1f} min", file=sys.stderr)  # fmt: skip
     return 0

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
-import json
 import os
 import pickle
 import sys
@@ -41,21 +40,23 @@ import onnxruntime as ort
 from bench_common import (
     DEFAULT_CORPUS,
     DEFAULT_ENGINES,
-    HERE,
+    RESULTS,
     fmt,
     load_corpus,
     machine_info,
+    pct,
     relative,
     utc_timestamp,
     write_atomic,
+    write_json,
 )
-from ttsvc.backends.onnxruntime import load_engine_set
+from ttsvc.backends.loader import load_engine_set
 from ttsvc.compile.build import ensure_default_voice
 from ttsvc.observability.logs import configure_logging
 from ttsvc.protocol import AudioChunkMsg, SynthesisJob
 from ttsvc.synthesis import SynthesisParams, Synthesizer, to_pcm16
 
-DEFAULT_JSON = HERE / "results" / "step_bench.json"
+DEFAULT_JSON = RESULTS / "step_bench.json"
 DEFAULT_IDS = "10,25,50,100,150,200,300,400"
 DEFAULT_WIDTHS = "16,32,64,128,256,512"
 """Window frames before contexts; each engine runs on these plus its own left and right
@@ -320,7 +321,7 @@ def bench_scheduler(
         "steps": len(steps),
         "median_step_ms": ms(median(steps)),
         "median_overhead_us": round(1e6 * median(overheads), 1),
-        "p90_overhead_us": round(1e6 * float(np.percentile(overheads, 90)), 1),
+        "p90_overhead_us": round(1e6 * pct(overheads, 90), 1),
         "overhead_share_pct": round(100.0 * sum(overheads) / sum(steps), 2),
     }
 
@@ -580,7 +581,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     table = render(doc)
     print(table)
-    write_atomic(args.json, json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    write_json(args.json, doc, clean_nan=False, ensure_ascii=False)
     write_atomic(args.json.with_suffix(".md"), table + "\n")
     log(f"wrote {relative(args.json)}")
     return 0

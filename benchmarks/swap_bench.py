@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
 import random
 import shutil
 import sys
@@ -51,26 +50,27 @@ from onnx import numpy_helper
 from bench_common import (
     DEFAULT_CORPUS,
     DEFAULT_ENGINES,
-    HERE,
     HOST,
+    RESULTS,
     SERVER_LOG_DIR,
-    WAV_HEADER_BYTES,
     Server,
-    clean,
     fmt,
     load_corpus,
     machine_info,
+    markdown_table,
     pct,
     ratio,
+    read_wav,
     relative,
     utc_timestamp,
-    write_atomic,
+    write_json,
+    write_raw,
 )
 from ttsvc.compile.build import ensure_default_voice
 from ttsvc.repository.layout import EngineRepository
 from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest
 
-DEFAULT_JSON = HERE / "results" / "swap_bench.json"
+DEFAULT_JSON = RESULTS / "swap_bench.json"
 
 VOICE = "en_US-joe-medium"
 """The packaged default voice, the one ``ensure_default_voice`` compiles."""
@@ -369,8 +369,9 @@ class Request:
 
 
 async def one_request(client: httpx.AsyncClient, text: str, rec: Request) -> None:
-    """POST one text and time the first PCM byte after the WAV header (``aiter_raw``: nothing is
-    buffered or decoded in between). Any non-200, exception or empty audio is an error."""
+    """POST one text and time the first PCM byte after the WAV header (``read_wav``, as every
+    benchmark does). Any non-200, exception or empty audio is an error; the engine label is
+    kept."""
     sent = time.perf_counter()
     try:
         async with client.stream("POST", "/synthesize", json={"text": text, **DET}) as resp:
@@ -380,13 +381,10 @@ async def one_request(client: httpx.AsyncClient, text: str, rec: Request) -> Non
                 await resp.aread()
                 rec.error = f"http_{resp.status_code}"
                 return
-            received = 0
-            async for raw in resp.aiter_raw():
-                received += len(raw)
-                if rec.ttfa_ms is None and received > WAV_HEADER_BYTES:
-                    rec.ttfa_ms = (time.perf_counter() - sent) * 1000.0
+            got = await read_wav(resp, sent)
+            rec.ttfa_ms = got.ttfa_ms
             rec.latency_ms = (time.perf_counter() - sent) * 1000.0
-            rec.pcm_bytes = max(0, received - WAV_HEADER_BYTES)
+            rec.pcm_bytes = got.audio_bytes
             if rec.pcm_bytes == 0:
                 rec.error = "no_audio"
     except httpx.HTTPError as exc:
@@ -538,19 +536,19 @@ def swap_summary(records: Sequence[SwapRecord]) -> list[dict[str, Any]]:
 
 def swap_table(summary: Sequence[dict[str, Any]]) -> str:
     """Markdown: one row per method."""
-    head = (
-        "| method | seen/repeats | first new-version response ms: median / p90 / max "
-        "| /voices current ms: median / p90 / max | probes median | probe errors |\n"
-        "|---|---:|---:|---:|---:|---:|"
-    )
-    rows = [
-        f"| {s['method']} | {s['seen']}/{s['repeats']} | {fmt(s['first_response_p50_ms'])} / "
-        f"{fmt(s['first_response_p90_ms'])} / {fmt(s['first_response_max_ms'])} | "
-        f"{fmt(s['voices_p50_ms'])} / {fmt(s['voices_p90_ms'])} / {fmt(s['voices_max_ms'])} | "
-        f"{fmt(s['probes_p50'], 0)} | {s['probe_errors']} |"
-        for s in summary
-    ]
-    return "\n".join([head, *rows])
+    return markdown_table(
+        ["method", "seen/repeats", "first new-version response ms: median / p90 / max",
+         "/voices current ms: median / p90 / max", "probes median", "probe errors"],
+        "lrrrrr",
+        (
+            [s["method"], f"{s['seen']}/{s['repeats']}",
+             f"{fmt(s['first_response_p50_ms'])} / {fmt(s['first_response_p90_ms'])} / "
+             f"{fmt(s['first_response_max_ms'])}",
+             f"{fmt(s['voices_p50_ms'])} / {fmt(s['voices_p90_ms'])} / {fmt(s['voices_max_ms'])}",
+             fmt(s["probes_p50"], 0), str(s["probe_errors"])]
+            for s in summary
+        ),
+    )  # fmt: skip
 
 
 def labels_served(ok: Sequence[Request]) -> dict[str, int]:
@@ -592,20 +590,19 @@ def load_summary(run: str, data: dict[str, Any]) -> dict[str, Any]:
 
 def load_table(summaries: Sequence[dict[str, Any]]) -> str:
     """Markdown: one row per run."""
-    head = (
-        "| run | swaps made / ok during load / ok after | requests | errors "
-        "| TTFA p50 ms | TTFA p95 ms | TTFA p99 ms | TTFA max ms |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|"
-    )
     names = {"A": "A: no swaps", "B": "B: swap every interval"}
-    rows = [
-        f"| {names[s['run']]} | {s['swaps_made']} / {s['swaps_completed']} / "
-        f"{s['swaps_completed_after_settle']} | {s['requests']} | "
-        f"{s['errors']} | {fmt(s['ttfa_p50_ms'])} | {fmt(s['ttfa_p95_ms'])} | "
-        f"{fmt(s['ttfa_p99_ms'])} | {fmt(s['ttfa_max_ms'])} |"
-        for s in summaries
-    ]
-    return "\n".join([head, *rows])
+    return markdown_table(
+        ["run", "swaps made / ok during load / ok after", "requests", "errors", "TTFA p50 ms",
+         "TTFA p95 ms", "TTFA p99 ms", "TTFA max ms"],
+        "lrrrrrrr",
+        (
+            [names[s["run"]],
+             f"{s['swaps_made']} / {s['swaps_completed']} / {s['swaps_completed_after_settle']}",
+             str(s["requests"]), str(s["errors"]), fmt(s["ttfa_p50_ms"]), fmt(s["ttfa_p95_ms"]),
+             fmt(s["ttfa_p99_ms"]), fmt(s["ttfa_max_ms"])]
+            for s in summaries
+        ),
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- driver
@@ -741,6 +738,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for err in s["error_list"]:
                 print(f"- run {s['run']} error: {err}")
 
+    out = Path(args.json)
+    raw = write_raw(out, [asdict(r) for d in load.values() for r in d["records"]])
     payload = {
         "benchmark": "swap_bench",
         "date": date,
@@ -767,11 +766,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "summary": loads,
             "ratios": ratios,
             "swap_events": {run: [asdict(e) for e in d["events"]] for run, d in load.items()},
-            "records": [asdict(r) for d in load.values() for r in d["records"]],
+            "raw_records": relative(raw),
         },
     }
-    out = Path(args.json)
-    write_atomic(out, json.dumps(clean(payload), indent=1, allow_nan=False) + "\n")
+    write_json(out, payload, allow_nan=False)
     print(f"\nwrote {relative(out)}", file=sys.stderr)
     return 0
 

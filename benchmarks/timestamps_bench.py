@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ttsvc.backends.onnxruntime import load_engine_set
+from ttsvc.backends.loader import load_engine_set
 from ttsvc.compile.build import ensure_default_voice
 from ttsvc.synthesis import SynthesisParams, Synthesizer
 

@@ -41,20 +41,19 @@ import onnxruntime as ort
 
 from bench_common import (
     DEFAULT_ENGINES,
-    HERE,
+    RESULTS,
     SERVER_LOG_DIR,
     Server,
-    clean,
     fmt,
     machine_info,
     relative,
     utc_timestamp,
-    write_atomic,
+    write_json,
 )
 from memory_bench import memory_mb
 from ttsvc.compile.build import ensure_default_voice
 
-DEFAULT_JSON = HERE / "results" / "voices_bench.json"
+DEFAULT_JSON = RESULTS / "voices_bench.json"
 READY_TIMEOUT_S = 240.0
 TEXT = "A voice loaded on demand."
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
@@ -210,8 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         demand = demand_loads(version.path, version.voice, max(counts), args.budget_mb,
                               args.rounds, temp)  # fmt: skip
     out = Path(args.json)
-    write_atomic(out, json.dumps(clean({"date": date, "machine": info, "memory": memory,
-                                        "on_demand": demand}), indent=2) + "\n")  # fmt: skip
+    write_json(out, {"date": date, "machine": info, "memory": memory, "on_demand": demand},
+               indent=2)
     print(f"\nwrote {relative(out)}")
     return 0
 

@@ -9,14 +9,11 @@ import time
 
 import pytest
 
-from loadgen import (
-    Record,
+from bench_common import Record, pct, playback, playback_end_s
+from bench_common.load import (
     closed_loop,
     meets_slo,
     paced_loop,
-    percentile,
-    playback,
-    playback_end_s,
     poisson_arrivals,
     summarize_records,
     text_draw,
@@ -25,10 +22,10 @@ from loadgen import (
 
 def test_percentile_is_linear_interpolation() -> None:
     values = [float(v) for v in range(1, 101)]
-    assert percentile(values, 50) == pytest.approx(50.5)
-    assert percentile(values, 99) == pytest.approx(99.01)
-    assert percentile([7.0], 99) == 7.0
-    assert percentile([], 50) is None
+    assert pct(values, 50) == pytest.approx(50.5)
+    assert pct(values, 99) == pytest.approx(99.01)
+    assert pct([7.0], 99) == 7.0
+    assert pct([], 50) is None
 
 
 def test_playback_on_time_reads_never_underrun() -> None:

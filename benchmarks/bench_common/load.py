@@ -1,21 +1,16 @@
-"""The load generator's parts: one request as a playing client sees it, closed and open loops,
-the statistics of a level, and the server's CPU and memory while it runs.
+"""The load generator: closed, paced and open loops, the statistics of a level, and the
+server's CPU and memory while it runs.
 
-Why this is its own module: the comparison benchmark (``seed_bench.py``) drives three different
-servers (ttsvc, Piper's HTTP server, a load-per-request baseline) and the HTTP benchmark drives
-ttsvc in two modes. They must time, count underruns and compute percentiles in exactly the same
-way, or their figures stop being comparable. The arithmetic lives in pure functions
-(``playback``, ``percentile``, ``summarize_records``) that ``tests/benchmarks`` checks on
-synthetic timings; the network and process parts are thin around them.
-
-Like ``bench_common`` this is imported by scripts run as ``python benchmarks/<name>.py``; it is
-not part of the ``ttsvc`` package.
+Why this exists: every load-driving benchmark (``seed_bench``, ``http_bench``) must pace
+requests, summarize a level and account for the server's resources in exactly the same way.
+The arithmetic lives in pure functions (``summarize_records``, ``poisson_arrivals``,
+``meets_slo``) that ``tests/benchmarks`` checks on synthetic timings; the loops and the
+resource monitor are thin around them. One request is ``bench_common.client.one_request``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import random
 import threading
@@ -25,88 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-import numpy as np
-
-WAV_HEADER_BYTES = 44
-"""Every server measured here answers a WAV with a 44-byte header first; audio is what follows."""
+from bench_common.client import Record, playback_end_s
+from bench_common.stats import pct
 
 MAX_IN_FLIGHT_OPEN_LOOP = 512
 """Open-loop arrivals beyond this many unanswered requests are counted, not sent: the generator
 must stay bounded however far past saturation a rate is."""
-
-
-# --------------------------------------------------------------------------- pure statistics
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Percentile with numpy's linear interpolation; None where there are no values."""
-    if not values:
-        return None
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
-
-
-@dataclass(frozen=True)
-class Playback:
-    """What a client that plays audio in real time from its first byte would have heard."""
-
-    underruns: int
-    """Reads that arrived after all audio before them had finished playing."""
-    stall_s: float
-    """Silence the player waited through, summed over the underruns."""
-
-
-def playback(reads: Sequence[tuple[float, float]]) -> Playback:
-    """Underruns of a real-time player fed ``reads``: (arrival time s, audio seconds) in order.
-
-    Playback starts when the first audio arrives. A later read that arrives after the audio
-    received before it would have finished playing is an underrun: the player stalls until that
-    read arrives and resumes from it, so one late read counts once (not once for each read after
-    it). Reads with no audio (zero seconds) change nothing.
-    """
-    underruns = 0
-    stall = 0.0
-    play_end: float | None = None
-    for arrival, seconds in reads:
-        if seconds <= 0:
-            continue
-        if play_end is None:
-            play_end = arrival + seconds
-        elif arrival > play_end:
-            underruns += 1
-            stall += arrival - play_end
-            play_end = arrival + seconds
-        else:
-            play_end += seconds
-    return Playback(underruns, stall)
-
-
-@dataclass
-class Record:
-    """One request as a client saw it. Times are milliseconds from its own send."""
-
-    system: str
-    concurrency: int
-    """Closed-loop clients of its level; 0 in open-loop runs."""
-    index: int
-    text_index: int
-    text_chars: int
-    start_s: float = 0.0
-    """Send time, seconds from the start of the level (to see ramp-up and drift)."""
-    status: int | None = None
-    error: str | None = None
-    ttfa_ms: float | None = None
-    latency_ms: float | None = None
-    audio_s: float = 0.0
-    sample_rate: int | None = None
-    reads: int = 0
-    underruns: int = 0
-    stall_ms: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """Completed with audio and no error."""
-        return self.error is None
 
 
 REALTIME_TTFA_MS = 150.0
@@ -139,12 +58,12 @@ def summarize_records(records: Sequence[Record], wall_s: float) -> dict[str, Any
         "errors_by_kind": errors,
         "wall_s": wall_s,
         "qps": len(ok) / wall,
-        "ttfa_p50_ms": percentile(ttfa, 50),
-        "ttfa_p95_ms": percentile(ttfa, 95),
-        "ttfa_p99_ms": percentile(ttfa, 99),
+        "ttfa_p50_ms": pct(ttfa, 50),
+        "ttfa_p95_ms": pct(ttfa, 95),
+        "ttfa_p99_ms": pct(ttfa, 99),
         "ttfa_max_ms": max(ttfa) if ttfa else None,
-        "latency_p50_ms": percentile(latency, 50),
-        "latency_p99_ms": percentile(latency, 99),
+        "latency_p50_ms": pct(latency, 50),
+        "latency_p99_ms": pct(latency, 99),
         "audio_s_total": audio,
         "audio_s_per_s": audio / wall,
         "underruns_total": sum(r.underruns for r in ok),
@@ -192,61 +111,6 @@ def text_draw(corpus_size: int, count: int, seed: int) -> list[int]:
     """Corpus indices drawn uniformly with a fixed seed (the same texts for every system)."""
     rng = random.Random(seed)
     return [rng.randrange(corpus_size) for _ in range(count)]
-
-
-# --------------------------------------------------------------------------- one request
-
-
-async def one_request(
-    client: httpx.AsyncClient, url: str, payload: dict[str, Any], rec: Record
-) -> None:
-    """Send one synthesis request, read the WAV to its end, and fill in ``rec``.
-
-    TTFA ends at the first audio byte after the 44-byte WAV header: a header alone is not audio.
-    Bytes are read with ``aiter_raw`` so nothing is buffered or decoded between socket and clock.
-    The sample rate comes from the WAV header itself, so servers that send no rate header (Piper)
-    are read the same way.
-    """
-    sent = time.perf_counter()
-    reads: list[tuple[float, float]] = []
-    try:
-        async with client.stream("POST", url, json=payload) as resp:
-            rec.status = resp.status_code
-            if resp.status_code != 200:
-                await resp.aread()
-                rec.error = f"http_{resp.status_code}"
-                rec.latency_ms = (time.perf_counter() - sent) * 1000.0
-                return
-            header = b""
-            audio_bytes = 0
-            rate = 0
-            async for raw in resp.aiter_raw():
-                now = time.perf_counter()
-                audio = raw
-                if len(header) < WAV_HEADER_BYTES:
-                    take = WAV_HEADER_BYTES - len(header)
-                    header += raw[:take]
-                    audio = raw[take:]
-                    if len(header) == WAV_HEADER_BYTES:
-                        rate = int.from_bytes(header[24:28], "little")
-                if not audio or not rate:
-                    continue
-                if audio_bytes == 0:
-                    rec.ttfa_ms = (now - sent) * 1000.0
-                audio_bytes += len(audio)
-                reads.append((now, len(audio) / 2 / rate))
-            rec.latency_ms = (time.perf_counter() - sent) * 1000.0
-            rec.sample_rate = rate or None
-            rec.reads = len(reads)
-            rec.audio_s = audio_bytes / 2 / rate if rate else 0.0
-            heard = playback(reads)
-            rec.underruns = heard.underruns
-            rec.stall_ms = heard.stall_s * 1000.0
-            if audio_bytes == 0:
-                rec.error = "no_audio"
-    except httpx.HTTPError as exc:
-        rec.error = type(exc).__name__
-        rec.latency_ms = (time.perf_counter() - sent) * 1000.0
 
 
 Send = Callable[[int, Record], Awaitable[None]]
@@ -302,14 +166,6 @@ async def closed_loop(
     await asyncio.gather(*(client_loop(stagger_s[i % len(stagger_s)]) for i in range(level)))
     records.sort(key=lambda r: r.index)
     return records, time.perf_counter() - started, deadline_hit
-
-
-def playback_end_s(rec: Record) -> float:
-    """Seconds from a request's send until a real-time player finishes its audio: first audio,
-    plus every stall, plus the audio's own length (0 for a failed request)."""
-    if rec.ttfa_ms is None:
-        return 0.0
-    return (rec.ttfa_ms + rec.stall_ms) / 1000.0 + rec.audio_s
 
 
 async def paced_loop(
@@ -524,8 +380,3 @@ class LevelRun:
         out.update(summarize_records(self.records, self.wall_s))
         out.update(self.usage)
         return out
-
-
-def finite(value: float | None) -> bool:
-    """True for a real number (not None, NaN or infinite)."""
-    return value is not None and math.isfinite(value)
