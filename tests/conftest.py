@@ -17,13 +17,9 @@ import pytest
 from tests.speakers import derive_multi_speaker
 from tests.voices import SECOND_VOICE, derive_checkpoint
 from ttsvc.backends.base import EngineSet
-from ttsvc.backends.onnxruntime import load_engine_set
-from ttsvc.compile.build import (
-    CompileOptions,
-    compile_voice,
-    default_checkpoint,
-    ensure_default_voice,
-)
+from ttsvc.backends.loader import load_engine_set
+from ttsvc.compile.build import compile_voice, default_checkpoint, ensure_default_voice
+from ttsvc.compile.inputs import CompileOptions
 from ttsvc.config import DEFAULT_VOICE
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.synthesis import Synthesizer

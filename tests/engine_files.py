@@ -15,7 +15,8 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from ttsvc.backends.base import DURATIONS_OUTPUT
 from ttsvc.backends.onnxruntime import ACOUSTIC_FILE
-from ttsvc.compile.build import default_checkpoint, load_piper_graph
+from ttsvc.compile.build import default_checkpoint
+from ttsvc.compile.inputs import load_piper_graph
 from ttsvc.compile.split import split_model
 from ttsvc.repository.layout import EngineRepository
 from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest

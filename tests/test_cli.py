@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from ttsvc.audio.wav import read_wav
-from ttsvc.cli import _overrides, build_parser
+from ttsvc.cli import build_parser
+from ttsvc.cli.args import overrides
 from ttsvc.config import Settings
+from ttsvc.cpus import CpuBudget, cpu_budget, default_split
 from ttsvc.errors import Unauthorized
 from ttsvc.gateway.auth import KeyStore
 from ttsvc.gateway.ratelimit import Quota
-from ttsvc.pool.cpus import CpuBudget, cpu_budget, default_split
 from ttsvc.repository.layout import EngineVersion
 
 
@@ -122,15 +123,15 @@ def test_serve_says_it_binds_loopback_by_default(tmp_path: Path) -> None:
 def test_admission_flags_reach_the_settings() -> None:
     args = build_parser().parse_args(["serve", "--default-key-streams", "3", "--max-audio-s",
                                       "120", "--api-docs"])  # fmt: skip
-    settings = Settings(**_overrides(args))  # type: ignore[arg-type]
+    settings = Settings(**overrides(args))  # type: ignore[arg-type]
     assert settings.default_key_streams == 3 and settings.max_audio_s == 120
     assert settings.api_docs is True
-    plain = Settings(**_overrides(build_parser().parse_args(["serve"])))  # type: ignore[arg-type]
+    plain = Settings(**overrides(build_parser().parse_args(["serve"])))  # type: ignore[arg-type]
     assert (plain.host, plain.default_key_streams, plain.api_docs) == ("127.0.0.1", None, False)
 
 
 def split_settings(*flags: str) -> Settings:
-    return Settings(**_overrides(build_parser().parse_args(["serve", *flags])))  # type: ignore[arg-type]
+    return Settings(**overrides(build_parser().parse_args(["serve", *flags])))  # type: ignore[arg-type]
 
 
 def split(*flags: str) -> tuple[int, int]:

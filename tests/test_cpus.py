@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ttsvc.pool.cpus import (
+from ttsvc.cpus import (
     CpuBudget,
     available_cpus,
     cgroup_quota,

@@ -18,9 +18,13 @@ import pytest
 
 from tests.gateway.serving import Server, engines_state, wait_engines
 from ttsvc.backends import tensorrt as trtb
+from ttsvc.backends import trt_engine
 from ttsvc.backends.base import EngineSet
+from ttsvc.backends.gpu import gpu_unavailable_reason, trt_fingerprint
 from ttsvc.backends.loader import load_engine_set
-from ttsvc.compile.build import CompileOptions, compile_voice, default_checkpoint, snr_db
+from ttsvc.compile.build import compile_voice, default_checkpoint
+from ttsvc.compile.inputs import CompileOptions
+from ttsvc.compile.reference import snr_db
 from ttsvc.config import DEFAULT_VOICE
 from ttsvc.errors import EngineError
 from ttsvc.protocol import AudioChunkMsg, FromWorker, SynthesisJob
@@ -45,7 +49,7 @@ DET = SynthesisParams(noise_scale=0.0, noise_w=0.0)
 
 @pytest.fixture(scope="module")
 def gpu() -> None:
-    reason = trtb.gpu_unavailable_reason()
+    reason = gpu_unavailable_reason()
     if reason is not None:
         pytest.skip(f"no TensorRT GPU here: {reason}")
 
@@ -74,7 +78,7 @@ def test_build_publishes_plans_with_manifest_and_fingerprint(trt_version: Engine
     assert {"flow.plan", "vocoder.plan", "voice.json"} <= set(manifest.files)
     assert ("acoustic.plan" in manifest.files) != ("acoustic.onnx" in manifest.files)
     assert manifest.precision["flow"] == manifest.precision["vocoder"] == "fp16"
-    here = trtb.trt_fingerprint()
+    here = trt_fingerprint()
     for key in ("tensorrt", "compute_capability", "cuda_runtime"):
         assert manifest.runtime[key] == here[key]
     assert manifest.profiles["vocoder"]["frames"][2][0] == 8
@@ -116,7 +120,7 @@ def test_batched_streams_match_onnxruntime(trt_set: EngineSet, synth: Synthesize
 def test_one_runtime_and_one_deserialization_per_plan(trt_version: EngineVersion,
                                                        trt_set: EngineSet) -> None:  # fmt: skip
     again = load_engine_set(trt_version.path)
-    assert len(trtb._RUNTIME) == 1
+    assert len(trt_engine._RUNTIME) == 1
     assert isinstance(again.vocoder, trtb.TrtVocoder) and isinstance(trt_set.vocoder,
                                                                       trtb.TrtVocoder)
     assert again.vocoder.engine is trt_set.vocoder.engine  # deserialized once, shared

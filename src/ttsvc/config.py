@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ttsvc.balancer import BalancerSettings
-from ttsvc.pool.cpus import (
+from ttsvc.cpus import (
     MAX_PROCESSES,
     MAX_THREADS,
     CpuBudget,
@@ -59,7 +59,7 @@ class Settings(BaseSettings):
     chart passes the pod's CPU request, since a pod without a CPU limit has no quota)."""
     compute_threads: int = Field(ge=1, le=MAX_THREADS)
     """Compute threads per worker process, all over one deadline queue. Unset: from ``cpus``
-    (``ttsvc.pool.cpus.default_split``: one process up to 4 CPUs, then ``ceil(cpus / 4)``
+    (``ttsvc.cpus.default_split``: one process up to 4 CPUs, then ``ceil(cpus / 4)``
     processes), or ``ceil(cpus / workers)`` when ``workers`` is given; always 1 with the legacy
     scheduler. Resolved to a number before validation, so it is always an int once built."""
     scheduler: Scheduler = "deadline"

@@ -33,6 +33,13 @@ class TTSError(Exception):
         return body
 
 
+class InvalidJson(TTSError):
+    """The request body is not JSON (or not the JSON object a route takes)."""
+
+    status = 400
+    type = "invalid_json"
+
+
 class InvalidParameter(TTSError):
     """A request parameter is outside its documented range."""
 
@@ -221,6 +228,14 @@ class Draining(TTSError):
     type = "draining"
 
 
+class ShutDown(TTSError):
+    """The server's drain grace ended while this request was still running: it is cut, and
+    recorded as such, rather than cancelled later by the server's own shutdown timeout."""
+
+    status = 503
+    type = "shutdown"
+
+
 class PayloadTooLarge(TTSError):
     """Request body over the configured cap."""
 
@@ -267,3 +282,45 @@ class OriginNotAllowed(TTSError):
 
     status = 403
     type = "origin_not_allowed"
+
+
+class NoWorkerAvailable(TTSError):
+    """No registered worker is ready with a fresh heartbeat: the gateway answers 503.
+
+    This is the circuit breaker (``ttsvc.balancer``): requests fail fast instead of queueing
+    behind dead workers.
+    """
+
+    status: int = 503
+    type: str = "no_worker_available"
+
+    def __init__(self, registered: int, live: int) -> None:
+        super().__init__(
+            f"no worker available: {live} of {registered} registered workers are live "
+            "(ready with a heartbeat younger than the timeout)"
+        )
+        self.registered = registered
+        """Workers known to the balancer when the pick failed."""
+        self.live = live
+        """Workers that qualified (always 0 when raised by ``HeatScoreBalancer.pick``)."""
+
+
+class WorkerLost(TTSError):
+    """The worker serving a stream exited: only its own streams fail, and it is replaced."""
+
+    status = 503
+    type = "worker_died"
+
+
+class WorkerStalled(WorkerLost):
+    """The worker serving a stream stopped responding (killed and replaced), or the stream sent
+    nothing for longer than its stall limit."""
+
+    type = "stalled"
+
+
+class WorkerUnresponsive(WorkerLost):
+    """The worker a request waited on for its first audio went silent past the heartbeat
+    timeout: the request fails at once instead of waiting out the queue deadline."""
+
+    type = "worker_unresponsive"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ttsvc.errors import TTSError
+
 
 @dataclass(frozen=True)
 class EngineSpec:
@@ -131,6 +133,8 @@ class Heartbeat:
     """Seconds those chunks were late, summed, since the worker started."""
     voices: tuple[str, ...] = ()
     """Voices the worker holds loaded now, least recently used first."""
+    settled: bool = False
+    """Idle, and has given back what its last work freed: its RSS now is its resting size."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,12 @@ class StreamError:
     type: str
     message: str
     field: str | None = None
+
+    @classmethod
+    def of(cls, uid: str, error: TTSError) -> StreamError:
+        """The stream ended by ``error``: its status and type from the error table, never
+        chosen at the call site."""
+        return cls(uid, error.status, error.type, error.message, error.field)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 HOP_LENGTH = 256
 """Samples per latent frame of Piper's VITS voices (the product of the HiFi-GAN upsample rates)."""
+SAMPLE_RATE = 22050
+"""Piper's rate where a voice config names none, and what a voice is taken to speak at before its
+engines are known (every Piper medium voice speaks at it)."""
 VOICE_FILE = "voice.json"
 """The voice's Piper config, kept verbatim in every engine version directory."""
 
@@ -59,9 +62,9 @@ class VoiceConfig(BaseModel):
         espeak = data.get("espeak", {})
         return cls.model_validate(
             {
-                "sample_rate": audio.get("sample_rate", 22050)
+                "sample_rate": audio.get("sample_rate", SAMPLE_RATE)
                 if isinstance(audio, dict)
-                else 22050,
+                else SAMPLE_RATE,
                 "espeak_voice": espeak.get("voice", "en-us")
                 if isinstance(espeak, dict)
                 else "en-us",

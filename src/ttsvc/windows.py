@@ -18,20 +18,16 @@ class WindowSchedule:
     """Frame window sizes: small first (time to first audio), then growing fast (throughput).
 
     Every window carries the vocoder's context of overlap on each side, so few large windows
-    cost far less than many small ones (measured: doubling up to 128 frames cost +85 % against
-    one-shot, growing 8x up to 512 cost +12 %). What bounds growth is playback: a window must be
-    computed before the audio already sent runs out, so when the synthesizer knows its cost per
-    frame, each window is capped to a share of the audio sent before it.
+    cost far less than many small ones (figures in ``docs/decisions.md``). What bounds growth is
+    playback: a window must be computed before the audio already sent runs out, so when the
+    synthesizer knows its cost per frame, each window is capped to a share of the audio sent
+    before it.
     """
 
     first: int = 16
-    """Frames in the first window of a sentence (one frame = hop samples, 11.6 ms at 22050 Hz).
-
-    16 rather than 8, measured side by side over HTTP (``benchmarks/seed_bench.py``, 2 workers,
-    quiet machine): time to first audio at concurrency 1 rose 51 -> 56 ms, but streams with a
-    playback gap at concurrency 4 fell from 84-96 % to 0 % and throughput rose 15 -> 16.5
-    audio-s/s. 186 ms of audio covers a peer stream's sentence start on the same worker;
-    93 ms did not."""
+    """Frames in the first window of a sentence (one frame = hop samples, 11.6 ms at 22050 Hz):
+    enough audio (186 ms) to cover a peer stream's sentence start on the same worker, which half
+    of it did not (``docs/decisions.md``)."""
     growth: float = 8.0
     """Each window is up to this many times the previous one..."""
     max: int = 512

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from tests.engine_files import int8_vocoder, without_durations
-from ttsvc.backends.onnxruntime import CPU_ARENA, _CpuArena, load_engine_set, load_engine_spec
+from ttsvc.backends.loader import load_engine_set, load_engine_spec
+from ttsvc.backends.onnxruntime import CPU_ARENA, _CpuArena
 from ttsvc.errors import EngineError, EngineIntegrityError, TimestampsUnavailable
 from ttsvc.repository.cache import EngineCache, snapshot
 from ttsvc.repository.layout import EngineVersion

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ttsvc.backends import tensorrt as trtb
+from ttsvc.backends import gpu
 from ttsvc.backends.base import EngineSet, run_in_windows
 from ttsvc.backends.loader import load_engine_set
 from ttsvc.errors import BackendUnavailable, EngineError
@@ -33,7 +33,7 @@ def _trt_manifest(default_version: EngineVersion, **runtime: str) -> Manifest:
 
 
 def test_matching_fingerprint_passes(default_version: EngineVersion) -> None:
-    trtb.check_trt_fingerprint(Path("v/1"), _trt_manifest(default_version), HERE)
+    gpu.check_trt_fingerprint(Path("v/1"), _trt_manifest(default_version), HERE)
 
 
 @pytest.mark.parametrize(("key", "built"), [("tensorrt", "10.0.1"), ("compute_capability", "9.0")])
@@ -42,7 +42,7 @@ def test_plan_for_another_machine_is_refused_with_the_rebuild_command(
 ) -> None:
     manifest = _trt_manifest(default_version, **{key: built})
     with pytest.raises(EngineError) as err:
-        trtb.check_trt_fingerprint(Path("v/1"), manifest, HERE)
+        gpu.check_trt_fingerprint(Path("v/1"), manifest, HERE)
     message = err.value.message
     assert f"{key} '{built}' (this machine: '{HERE[key]}')" in message
     assert "ttsvc compile --backend trt --quantize fp16 --max-batch 8 --seq-len 400" in message
@@ -50,15 +50,15 @@ def test_plan_for_another_machine_is_refused_with_the_rebuild_command(
 
 
 def test_another_cuda_version_alone_is_not_refused(default_version: EngineVersion) -> None:
-    trtb.check_trt_fingerprint(Path("v/1"), _trt_manifest(default_version, cuda_runtime="12.8"),
-                               HERE)  # fmt: skip
+    gpu.check_trt_fingerprint(Path("v/1"), _trt_manifest(default_version, cuda_runtime="12.8"),
+                              HERE)  # fmt: skip
 
 
 def test_trt_version_dir_without_tensorrt_is_refused_clearly(
     default_version: EngineVersion, tmp_path: Path
 ) -> None:
     """The loader dispatches on the manifest's backend; without TensorRT the refusal says so."""
-    if trtb.tensorrt_installed():
+    if gpu.tensorrt_installed():
         pytest.skip("TensorRT is installed: this checks the refusal without it")
     target = tmp_path / "1"
     shutil.copytree(default_version.path, target)
@@ -77,7 +77,8 @@ def test_cpu_version_loads_through_the_dispatching_loader(default_version: Engin
 
 def test_importing_ttsvc_imports_no_gpu_library() -> None:
     code = (
-        "import sys, ttsvc.backends.tensorrt, ttsvc.backends.loader, ttsvc.compile.trt, "
+        "import sys, ttsvc.backends.gpu, ttsvc.backends.tensorrt, ttsvc.backends.trt_engine, "
+        "ttsvc.backends.loader, ttsvc.compile.trt, ttsvc.compile.trt_plan, "
         "ttsvc.worker.batching, ttsvc.worker.process\n"
         "bad = [m for m in ('tensorrt', 'cuda', 'cuda.bindings') if m in sys.modules]\n"
         "assert not bad, bad"
@@ -117,7 +118,7 @@ def test_rebuild_command_when_the_acoustic_engine_stayed_on_onnxruntime(
 ) -> None:
     manifest = _trt_manifest(default_version)
     manifest.profiles = {}
-    command = trtb.rebuild_command(manifest)
+    command = gpu.rebuild_command(manifest)
     assert "--seq-len 512" in command and "--split-at flow" in command
 
 

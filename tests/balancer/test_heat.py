@@ -8,13 +8,9 @@ from typing import Any
 
 import pytest
 
-from ttsvc.balancer import (
-    BalancerSettings,
-    HeatScoreBalancer,
-    NoWorkerAvailable,
-    WorkerState,
-)
+from ttsvc.balancer import BalancerSettings, HeatScoreBalancer, WorkerState
 from ttsvc.config import Settings
+from ttsvc.errors import NoWorkerAvailable
 
 
 class FakeClock:
@@ -473,6 +469,15 @@ def test_pool_score_is_mean_of_live_workers(clock: FakeClock) -> None:
     b.heartbeat(2)
     assert b.pool_score() == pytest.approx(95.0)  # worker 3 timed out
     assert b.live_workers() == [1, 2]
+
+
+def test_one_workers_score_is_its_snapshot_score(clock: FakeClock) -> None:
+    b = make(clock, 1, 2)
+    b.observe(2, ttfa_ms=500.0)
+    clock.advance(0.2)  # past the refresh interval: the read folds the observation in
+    assert b.score(2) == pytest.approx(90.0) == state(b, 2).score
+    assert b.score(1) == 100.0
+    assert b.score(3) is None  # not registered
 
 
 def test_the_service_settings_pass_their_realtime_load() -> None:

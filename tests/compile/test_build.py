@@ -8,16 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ttsvc.backends.onnxruntime import load_engine_set
-from ttsvc.compile.build import (
-    CONTEXT_MARGIN,
-    FLOAT_NOISE,
-    CompileOptions,
-    calibrate_context,
-    compile_voice,
-    default_checkpoint,
-    window_error,
-)
+from ttsvc.backends.loader import load_engine_set
+from ttsvc.compile.build import compile_voice, default_checkpoint
+from ttsvc.compile.inputs import CompileOptions
+from ttsvc.compile.reference import CONTEXT_MARGIN, FLOAT_NOISE, calibrate_context, window_error
 from ttsvc.errors import BackendUnavailable, InvalidParameter
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.repository.manifest import load_manifest, sha256_file

@@ -10,8 +10,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ttsvc.backends.onnxruntime import create_session
-from ttsvc.compile import build
-from ttsvc.compile.build import default_checkpoint, load_piper_graph
+from ttsvc.compile import optimize
+from ttsvc.compile.build import default_checkpoint
+from ttsvc.compile.inputs import load_piper_graph
 from ttsvc.compile.layout import CONV1D, CONV2D, lift_convolutions, timing_feeds
 from ttsvc.compile.split import SplitEngines, split_model
 
@@ -22,7 +23,7 @@ def engines() -> SplitEngines:
 
 
 def _run(model: onnx.ModelProto, path: Path, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    build._optimize(model, path)
+    optimize.optimize(model, path)
     return np.asarray(create_session(path, 1).run(None, feeds)[0])
 
 
@@ -82,9 +83,9 @@ def test_the_compile_keeps_the_layout_its_timing_favours(
     engines: SplitEngines, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_at: float,
     kept: str,
 ) -> None:
-    monkeypatch.setattr(build, "KEEP_LIFTED", keep_at)
+    monkeypatch.setattr(optimize, "KEEP_LIFTED", keep_at)
     dst = tmp_path / "vocoder.onnx"
-    layout, gain = build._optimize_fastest(engines.vocoder, dst, [1, 2, 3], lift=True)
+    layout, gain = optimize.optimize_fastest(engines.vocoder, dst, [1, 2, 3], lift=True)
     assert layout == kept and gain > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["vocoder.onnx"]
     saved = onnx.load(str(dst))
@@ -96,7 +97,8 @@ def test_the_compile_keeps_the_layout_its_timing_favours(
 def test_no_lifting_asked_leaves_the_engine_as_it_was(
     engines: SplitEngines, tmp_path: Path
 ) -> None:
-    layout, gain = build._optimize_fastest(engines.vocoder, tmp_path / "v.onnx", [1], lift=False)
+    layout, gain = optimize.optimize_fastest(engines.vocoder, tmp_path / "v.onnx", [1],
+                                             lift=False)  # fmt: skip
     assert (layout, gain) == (CONV1D, 1.0)
 
 

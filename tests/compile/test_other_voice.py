@@ -24,7 +24,7 @@ from tests.voices import (
     derive_checkpoint,
     derived_config,
 )
-from ttsvc.backends.onnxruntime import load_engine_set
+from ttsvc.backends.loader import load_engine_set
 from ttsvc.compile.build import default_checkpoint
 from ttsvc.config import DEFAULT_VOICE
 from ttsvc.repository.layout import EngineRepository

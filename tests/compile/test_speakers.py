@@ -11,7 +11,9 @@ import onnx
 import pytest
 
 from tests.speakers import SPEAKERS
-from ttsvc.compile.build import CompileOptions, checked_speakers, compile_voice, default_checkpoint
+from ttsvc.compile.build import compile_voice, default_checkpoint
+from ttsvc.compile.inputs import CompileOptions
+from ttsvc.compile.reference import checked_speakers
 from ttsvc.compile.split import find_split, split_model
 from ttsvc.errors import GraphShapeError
 from ttsvc.repository.layout import EngineVersion

@@ -17,15 +17,17 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from ttsvc.backends import tensorrt as trtb
-from ttsvc.compile.build import CompileOptions, compile_voice, default_checkpoint
+from ttsvc.backends import gpu
+from ttsvc.compile import trt_plan
+from ttsvc.compile.build import compile_voice, default_checkpoint
+from ttsvc.compile.inputs import CompileOptions
 from ttsvc.compile.split import BATCH_AXIS, split_model, with_batch_axis
 from ttsvc.compile.trt import TIMING_CACHE_PREFIX, check_trt_options, timing_cache_path
 from ttsvc.errors import BackendUnavailable, GraphShapeError, InvalidParameter
-from ttsvc.gateway.hotswap import relevant
 from ttsvc.repository.layout import EngineRepository
+from ttsvc.repository.watcher import relevant
 
-HAVE_TENSORRT = trtb.tensorrt_installed()
+HAVE_TENSORRT = gpu.tensorrt_installed()
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +53,9 @@ def test_cli_without_tensorrt_exits_1_with_the_reason(tmp_path: Path) -> None:
 
 def test_refusal_is_in_the_error_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def no_trt() -> Any:
-        raise BackendUnavailable(trtb.NO_TENSORRT)
+        raise BackendUnavailable(gpu.NO_TENSORRT)
 
-    monkeypatch.setattr(trtb, "_import_trt", no_trt)
+    monkeypatch.setattr(gpu, "import_trt", no_trt)
     model, config = default_checkpoint()
     opts = CompileOptions(model, config, tmp_path, "v", quantize="fp16", max_batch=8,
                           backend="trt")  # fmt: skip
@@ -86,8 +88,8 @@ def test_no_gpu_is_refused_with_the_reason(
     monkeypatch: pytest.MonkeyPatch, count: int, error: str | None, detail: str
 ) -> None:
     fake = FakeCudartNoGpu(count, getattr(FakeCudartNoGpu.cudaError_t, error) if error else None)
-    monkeypatch.setattr(trtb, "_import_trt", lambda: types.SimpleNamespace(__version__="10.0"))
-    monkeypatch.setattr(trtb, "_import_cudart", lambda: fake)
+    monkeypatch.setattr(gpu, "import_trt", lambda: types.SimpleNamespace(__version__="10.0"))
+    monkeypatch.setattr(gpu, "import_cudart", lambda: fake)
     with pytest.raises(BackendUnavailable, match=f"no CUDA GPU is visible \\({detail}\\)"):
         check_trt_options("fp16", 8, 512)
 
@@ -96,7 +98,7 @@ def test_missing_cuda_python_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "cuda", None)  # makes `import cuda...` fail here
     monkeypatch.setitem(sys.modules, "cuda.bindings", None)
     with pytest.raises(BackendUnavailable, match="cuda-python is not installed"):
-        trtb._import_cudart()
+        gpu.import_cudart()
 
 
 def test_int8_and_bad_limits_are_refused_before_looking_for_a_gpu() -> None:
@@ -149,7 +151,7 @@ def test_batch_axis_replaces_a_fixed_batch_of_one() -> None:
      ("CONVOLUTION", None, False), ("DECONVOLUTION", None, False)],
 )  # fmt: skip
 def test_layers_kept_in_fp32(layer: str, op: str | None, fp32: bool) -> None:
-    assert trtb.keeps_fp32(layer, op) is fp32
+    assert trt_plan.keeps_fp32(layer, op) is fp32
 
 
 def test_timing_cache_is_hidden_from_the_repository_and_the_watcher(tmp_path: Path) -> None:

@@ -19,10 +19,13 @@ import onnxruntime as ort
 import pytest
 
 from tests.worker.test_batching import TEXTS, _job, _pcm, _run
+from ttsvc.backends import gpu, trt_engine
 from ttsvc.backends import onnxruntime as ortb
 from ttsvc.backends import tensorrt as trtb
 from ttsvc.backends.loader import load_engine_set
-from ttsvc.compile.build import CompileOptions, compile_voice, default_checkpoint
+from ttsvc.compile import trt_plan
+from ttsvc.compile.build import compile_voice, default_checkpoint
+from ttsvc.compile.inputs import CompileOptions
 from ttsvc.compile.profiles import TensorProfile
 from ttsvc.errors import GraphShapeError, InvalidParameter
 from ttsvc.repository.layout import EngineRepository
@@ -66,7 +69,7 @@ class FakeGpuPlanBuilder:
         self.built: dict[str, tuple[list[TensorProfile], bool, bytes | None]] = {}
 
     def build_plan(self, model: bytes, profiles: list[TensorProfile], *, fp16: bool,
-                   timing_cache: bytes | None) -> trtb.BuiltPlan:  # fmt: skip
+                   timing_cache: bytes | None) -> trt_plan.BuiltPlan:  # fmt: skip
         graph = onnx.load_model_from_string(model)
         name = {"input": "acoustic", "latents": "flow", "frames": "vocoder"}[
             graph.graph.input[0].name
@@ -74,7 +77,7 @@ class FakeGpuPlanBuilder:
         if name == "acoustic" and self.acoustic_fails:
             raise GraphShapeError("TensorRT could not parse the graph: NonZero (faked)")
         self.built[name] = (profiles, fp16, timing_cache)
-        return trtb.BuiltPlan(model, (timing_cache or b"") + name.encode(), 3 if fp16 else 0)
+        return trt_plan.BuiltPlan(model, (timing_cache or b"") + name.encode(), 3 if fp16 else 0)
 
     def deserialize(self, data: bytes, path: Path) -> FakeGpuPlan:
         gain = self.vocoder_gain if path.name == trtb.VOCODER_PLAN else 1.0
@@ -84,11 +87,11 @@ class FakeGpuPlanBuilder:
 @pytest.fixture
 def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGpuPlanBuilder:
     fake = FakeGpuPlanBuilder()
-    gpu = trtb.GpuInfo("fake", "8.9", "12.4", "12.6")
-    monkeypatch.setattr(trtb, "require_gpu", lambda: gpu)
-    monkeypatch.setattr(trtb, "trt_fingerprint", lambda: dict(FINGERPRINT))
-    monkeypatch.setattr(trtb, "build_plan", fake.build_plan)
-    monkeypatch.setattr(trtb, "deserialize", fake.deserialize)
+    info = gpu.GpuInfo("fake", "8.9", "12.4", "12.6")
+    monkeypatch.setattr(gpu, "require_gpu", lambda: info)
+    monkeypatch.setattr(gpu, "trt_fingerprint", lambda: dict(FINGERPRINT))
+    monkeypatch.setattr(trt_plan, "build_plan", fake.build_plan)
+    monkeypatch.setattr(trt_engine, "deserialize", fake.deserialize)
     return fake
 
 
@@ -162,7 +165,7 @@ def test_acoustic_stays_on_onnxruntime_when_tensorrt_cannot_build_it(
     engines = load_engine_set(published.path)
     assert isinstance(engines.acoustic, ortb.OrtAcoustic)
     assert isinstance(engines.vocoder, trtb.TrtVocoder)
-    assert "--seq-len 512" in trtb.rebuild_command(manifest)
+    assert "--seq-len 512" in gpu.rebuild_command(manifest)
 
 
 def test_plans_below_the_snr_bar_are_not_published(

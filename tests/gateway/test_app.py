@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.gateway.serving import Server
-from ttsvc.pool.cpus import cpu_budget
+from ttsvc.cpus import cpu_budget
 from ttsvc.repository.layout import EngineVersion
 
 MAX_AUDIO_S = 20.0
@@ -135,7 +135,8 @@ def test_text_that_would_exceed_the_audio_cap_gets_422_before_any_audio(
 def test_short_sentences_past_the_cap_are_refused_before_any_audio(server: Server) -> None:
     """Short sentences make more audio per phoneme than prose (each carries its own pauses):
     the estimate's margin covers them, so the answer is a clean 422, not a stream cut at the
-    cap (the stop before each sentence is the backstop, tested in ``tests/test_synthesis.py``)."""
+    cap (the stop before each sentence is the backstop, tested in
+    ``tests/synthesis/test_synthesizer.py``)."""
     for stream in (True, False):
         r = server.synth("Yes. " * 30, stream=stream)
         assert r.status_code == 422, r.status_code

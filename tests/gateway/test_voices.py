@@ -25,7 +25,7 @@ from tests.engine_files import VOICE, publish, variant
 from tests.gateway.serving import Server, wait_until
 from tests.speakers import SPEAKERS
 from tests.voices import SECOND_SAMPLE_RATE, SECOND_VOICE
-from ttsvc.backends.onnxruntime import load_engine_set
+from ttsvc.backends.loader import load_engine_set
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.synthesis import SynthesisParams, Synthesizer
 

@@ -11,15 +11,9 @@ import pytest
 from ttsvc.backends.base import EngineSet
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
 from ttsvc.synthesis import FrameCall, SynthesisParams, Synthesizer
-from ttsvc.worker.deadline import (
-    DELIVERY_S,
-    GUARD_S,
-    STEP_FLOOR_S,
-    Capacity,
-    DeadlineScheduler,
-    _Live,
-    first_late,
-)
+from ttsvc.worker.costs import Capacity
+from ttsvc.worker.deadline import DeadlineScheduler
+from ttsvc.worker.deadline_policy import DELIVERY_S, GUARD_S, STEP_FLOOR_S, Live
 
 TEXT = "Your order has shipped. It will arrive on Thursday between nine and noon."
 
@@ -61,7 +55,7 @@ def scheduler(synth: Synthesizer, clock: FakeClock, threads: int = 2,
 
 
 def playing(sched: DeadlineScheduler, uid: str, buffered_s: float, started_ago: float = 1.0,
-            pending: FrameCall | None = None) -> _Live:  # fmt: skip
+            pending: FrameCall | None = None) -> Live:  # fmt: skip
     """Make ``uid`` a stream that has sent audio which runs out ``buffered_s`` from now."""
     stream = sched.streams[uid]
     rate = stream.synth.sample_rate
@@ -212,24 +206,6 @@ def test_with_room_for_a_newcomer_steps_leave_time_for_its_first_audio(
         sched.first_audio_s - sched.first_chunk_s)
 
 
-def test_first_late_lays_steps_out_on_the_threads_in_laxity_order() -> None:
-    # one thread free now: tasks due to start at 0.1 and 0.12, each 0.05 long: the second
-    # would start at 0.15, late; with a second thread both start in time
-    tasks = [(0.1, 0.05, 0.0), (0.12, 0.05, 0.0)]
-    assert first_late(tasks, [0.0], horizon=1.0) is None  # 0.0-0.05, 0.05-0.1: in time
-    tasks = [(0.01, 0.05, 0.0), (0.02, 0.05, 0.0)]
-    assert first_late(tasks, [0.0], horizon=1.0) == 0.02
-    assert first_late(tasks, [0.0, 0.0], horizon=1.0) is None
-    assert first_late(tasks, [], horizon=1.0) == 0.01  # no other thread: the first start_by
-    assert first_late(tasks, [0.5], horizon=1.0) == 0.01  # the thread is away until 0.5
-    # a stream's later steps count: each 50 ms step buys 100 ms of audio (rate 2), so it
-    # needs half a thread; three of them need one and a half, and one thread falls behind
-    tasks = [(0.1, 0.05, 2.0), (0.1, 0.05, 2.0), (0.1, 0.05, 2.0)]
-    late = first_late(tasks, [0.0], horizon=1.0)
-    assert late is not None and 0.1 < late < 1.0
-    assert first_late(tasks, [0.0, 0.0], horizon=1.0) is None
-
-
 def test_estimates_follow_how_slow_steps_run_now(synth: Synthesizer) -> None:
     clock = FakeClock()
     sched = scheduler(synth, clock)
@@ -304,13 +280,6 @@ def test_admission_serves_the_key_with_fewest_admitted_streams(synth: Synthesize
     with sched.lock:
         sched._remove(sched.streams["flood-1"])
     assert sched.streams["other-1"].admitted  # arrived last, but its key holds nothing
-
-
-def test_capacity_follows_real_step_costs() -> None:
-    capacity = Capacity(threads=2, per_thread=10.0)
-    for _ in range(2000):
-        capacity.record(audio_s=0.5, compute_s=0.1)  # 5 audio-s per compute second
-    assert capacity.value == pytest.approx(10.0, rel=0.01)
 
 
 def test_no_stream_starves_or_runs_dry_under_bursts_within_capacity(synth: Synthesizer) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine_files import VOICE, publish, variant
-from tests.gateway.serving import HEALTH_POLLS, Server, wait_engines
+from tests.gateway.serving import Server, metric, wait_engines, wait_until
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.worker.heap import Heap
 
@@ -62,16 +62,13 @@ def server(engines: Path) -> Iterator[Server]:
         srv.stop()
 
 
-def _settled_rss(srv: Server, pid: int, bound: float = 0.0, polls: int = 50) -> float:
-    """The worker's RSS once it is at most ``bound``, or the last reading after ``polls``
-    ``/health`` probes: an idle worker gives memory back a moment after its last request, not
-    at the instant the response ends."""
+def _settled_rss(srv: Server, pid: int) -> float:
+    """The worker's RSS at rest: once it reports (in a heartbeat sent after its last stream
+    ended) that it trimmed its heap and shrank its arena. Not at the instant a response ends,
+    nor after a fixed number of probes, either of which may come before or after the give-back."""
     srv.wait_idle()
-    for _ in range(polls):
-        size = rss_mb(pid)
-        if size <= bound:
-            return size
-        srv.client.get("/health")
+    wait_until(srv, lambda: metric(srv, "ttsvc_worker_memory_settled", worker="0"),
+               lambda settled: settled == 1, "the worker at its resting size")  # fmt: skip
     return rss_mb(pid)
 
 
@@ -93,7 +90,7 @@ def test_worker_memory_is_flat_over_swaps_and_long_texts(
     first = _settled_rss(server, pid)
     for i in range(SWAPS):
         swap(i)
-    after_swaps = _settled_rss(server, pid, BOUND * first, HEALTH_POLLS)
+    after_swaps = _settled_rss(server, pid)
     assert server.worker_pids() == [pid]  # the same process all along, never respawned
     assert after_swaps <= BOUND * first, f"{first:.0f} MB before the swaps, {after_swaps:.0f} after"
 
@@ -101,7 +98,7 @@ def test_worker_memory_is_flat_over_swaps_and_long_texts(
     first_long = _settled_rss(server, pid)
     for i in range(LONG_REQUESTS):
         assert server.synth(f"Request {i}. " + LONG_TEXT, **DET).status_code == 200
-    after_long = _settled_rss(server, pid, BOUND * first_long, HEALTH_POLLS)
+    after_long = _settled_rss(server, pid)
     assert server.worker_pids() == [pid]
     assert after_long <= BOUND * first_long, f"{first_long:.0f} MB, then {after_long:.0f} MB"
 
@@ -118,15 +115,32 @@ def test_trim_runs_only_after_memory_was_freed_and_not_more_often_than_its_inter
     assert heap.trims == 1
 
 
-def test_the_runtime_arena_shrinks_at_the_first_trim_after_an_engine_set_was_released() -> None:
+def test_the_runtime_arena_shrinks_once_the_worker_has_been_idle_for_the_shrink_delay() -> None:
     shrinks: list[None] = []
-    heap = Heap(trim_interval_s=0.0, shrink_arena=lambda: shrinks.append(None))
-    heap.freed()  # a stream ended: trims, but keeps the arena the next request will use
+    heap = Heap(trim_interval_s=0.0, shrink_arena=lambda: shrinks.append(None),
+                shrink_idle_s=3600.0)  # fmt: skip
+    heap.freed()  # a stream ran: trims, but keeps the arena the next request will use
     assert heap.trim_if_due()
     assert not shrinks
-    heap.released()
-    assert heap.trim_if_due()
-    assert len(shrinks) == 1
+    assert not heap.settled  # the arena still holds what the stream grew it to
+    assert not heap.trim_if_due()  # nothing more freed, and not idle long enough to shrink
+
+    heap = Heap(trim_interval_s=3600.0, shrink_arena=lambda: shrinks.append(None),
+                shrink_idle_s=0.0)  # fmt: skip
+    assert heap.settled  # nothing ran yet
     heap.freed()
     assert heap.trim_if_due()
-    assert len(shrinks) == 1  # once per release, not at every idle moment after it
+    assert len(shrinks) == 1
+    assert heap.settled
+    assert not heap.trim_if_due()  # once per idle spell, not at every idle moment after it
+    heap.freed()  # more work: the next idle spell shrinks again, whatever the trim interval
+    assert heap.trim_if_due()
+    assert len(shrinks) == 2
+
+
+def test_without_an_arena_to_shrink_a_trim_settles_the_heap() -> None:
+    heap = Heap(trim_interval_s=0.0)
+    heap.freed()
+    assert not heap.settled
+    assert heap.trim_if_due()
+    assert heap.settled

@@ -25,7 +25,6 @@ from ttsvc.backends.base import (
     SentenceRun,
 )
 from ttsvc.errors import EngineError
-from ttsvc.protocol import EngineSpec
 from ttsvc.repository.manifest import Manifest, cpu_fingerprint
 from ttsvc.voice import VOICE_FILE, VoiceConfig
 
@@ -257,16 +256,6 @@ def check_fingerprint(directory: Path, manifest: Manifest) -> None:
             file="manifest.json",
             reason="built for another machine or ONNX Runtime release: recompile it here",
         )
-
-
-def load_engine_set(directory: Path, threads: int = 1) -> EngineSet:
-    """Verify and load one engine version directory against its manifest."""
-    return assemble(EngineSource.from_directory(directory), threads)
-
-
-def load_engine_spec(spec: EngineSpec, threads: int = 1) -> EngineSet:
-    """Load the cached files an ``EngineSpec`` names, checking each against its hash."""
-    return assemble(EngineSource.from_spec(spec), threads)
 
 
 def assemble(source: EngineSource, threads: int) -> EngineSet:

@@ -10,166 +10,20 @@ asks it for a worker id; mapping :class:`NoWorkerAvailable` to HTTP 503 is the g
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from ttsvc.errors import TTSError
-
-__all__ = [
-    "BalancerSettings",
-    "Clock",
-    "HeatScoreBalancer",
-    "NoWorkerAvailable",
-    "WorkerState",
-]
-
-Clock = Callable[[], float]
-"""Monotonic seconds (``time.monotonic`` in production, a fake or simulated clock elsewhere)."""
-
-MAX_SCORE = 100.0
-"""Upper bound of a heat score, and the score a worker starts with when it registers READY."""
-
-_SEED_REFERENCE_MS = 50.0
-"""Seed-formula milliseconds that a worker exactly at ``reference_ttfa_ms`` is scored as."""
-
-_CLOCK_EPSILON = 1e-9
-"""Tolerance on interval comparisons, so 0.1 s + 0.1 s of float clock counts as 0.2 s."""
-
-_RATE_EPSILON = 1e-9
-"""Tolerance on demand against capacity, so a worker exactly at its share is not full."""
-
-COLD_VOICE_LOAD = 1.0
-"""Streams a worker's load counts extra when it does not hold the request's voice: it must load
-the voice first (tens of milliseconds, and memory another voice may have to give up), so a
-worker that holds it wins unless it carries more than one stream more."""
-
-
-class NoWorkerAvailable(TTSError):
-    """No registered worker is ready with a fresh heartbeat: the gateway answers 503.
-
-    This is the circuit breaker: requests fail fast instead of queueing behind dead workers. It
-    is a :class:`ttsvc.errors.TTSError`, so the gateway maps it through the one error table.
-    """
-
-    status: int = 503
-    type: str = "no_worker_available"
-
-    def __init__(self, registered: int, live: int) -> None:
-        super().__init__(
-            f"no worker available: {live} of {registered} registered workers are live "
-            "(ready with a heartbeat younger than the timeout)"
-        )
-        self.registered = registered
-        """Workers known to the balancer when the pick failed."""
-        self.live = live
-        """Workers that qualified (always 0 when raised by :meth:`HeatScoreBalancer.pick`)."""
-
-
-def _require_finite_positive(name: str, value: float) -> None:
-    if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-
-
-def _require_finite_non_negative(name: str, value: float) -> None:
-    if isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-
-
-@dataclass(frozen=True)
-class BalancerSettings:
-    """Tuning constants of :class:`HeatScoreBalancer`; validated on construction."""
-
-    refresh_interval: float = 0.2
-    """Seconds between score refreshes; observed latencies are folded in at most this often."""
-    heartbeat_timeout: float = 5.0
-    """A worker whose last heartbeat is this many seconds old (or older) is not routed to."""
-    slow_latency_ms: float = 1000.0
-    """Normalized latency (seed milliseconds) above which an observation counts as a slow strike."""
-    slow_strikes: int = 3
-    """Consecutive slow observations that halve a worker's score (cold standby)."""
-    decay: float = 0.9
-    """Weight of the previous score in ``score = min(100, decay * score + bonus)``; in (0, 1)."""
-    reference_ttfa_ms: float = 50.0
-    """Time-to-first-audio expected of a healthy worker on this deployment (CPU or GPU); it is
-    scored like a 50 ms latency in the seed formula (bonus 50)."""
-    realtime_load: float = 0.9
-    """Share of a worker's real-time capacity that its streams may demand before it is full:
-    a full worker gets a new stream only when every live worker is full."""
-
-    def __post_init__(self) -> None:
-        _require_finite_positive("refresh_interval", self.refresh_interval)
-        _require_finite_positive("heartbeat_timeout", self.heartbeat_timeout)
-        _require_finite_positive("slow_latency_ms", self.slow_latency_ms)
-        _require_finite_positive("reference_ttfa_ms", self.reference_ttfa_ms)
-        _require_finite_positive("realtime_load", self.realtime_load)
-        if (
-            isinstance(self.slow_strikes, bool)
-            or not isinstance(self.slow_strikes, int)
-            or self.slow_strikes < 1
-        ):
-            raise ValueError(f"slow_strikes must be an int >= 1, got {self.slow_strikes!r}")
-        if isinstance(self.decay, bool) or not (0.0 < self.decay < 1.0):
-            raise ValueError(f"decay must be in the open interval (0, 1), got {self.decay!r}")
-
-
-@dataclass(frozen=True)
-class WorkerState:
-    """Read-only view of one worker as the balancer sees it (for /health, logs and tests)."""
-
-    id: int
-    """Worker id, as given to :meth:`HeatScoreBalancer.add_worker`."""
-    score: float
-    """Heat score in [0, 100]; higher is healthier."""
-    qsize: int
-    """Streams in flight and queued: the worker's last report, plus picks and minus releases
-    since."""
-    inflight: int
-    """Streams the gateway dispatched to this worker and has not released yet."""
-    last_heartbeat: float
-    """Clock time of the worker's last heartbeat (or of its registration)."""
-    ready: bool
-    """Whether the worker accepts new streams (False while draining)."""
-    live: bool
-    """Ready and heartbeat younger than ``heartbeat_timeout`` at snapshot time: routable."""
-    capacity: float = 0.0
-    """Audio seconds per second the worker can compute, as it last reported (0: unknown)."""
-    threads: int = 1
-    """Compute threads the worker runs: it takes that many streams whatever its capacity."""
-    demand: float = 0.0
-    """Audio seconds per second its streams need: the worker's last report (admitted and
-    waiting streams), plus picks and minus releases since."""
-    voices: frozenset[str] = frozenset()
-    """Voices the worker holds loaded: its last report, plus those picked for it since."""
-
-    @property
-    def load(self) -> int:
-        """The queue size routing uses: ``max(qsize, inflight)``."""
-        return max(self.qsize, self.inflight)
-
-    @property
-    def need(self) -> float:
-        """The demand routing uses: ``max(demand, inflight)``, one audio second per second for
-        each stream the gateway dispatched and has not released."""
-        return max(self.demand, float(self.inflight))
-
-
-@dataclass(slots=True)
-class _Worker:
-    """Mutable per-worker bookkeeping; private to the balancer."""
-
-    id: int
-    last_heartbeat: float
-    score: float = MAX_SCORE
-    qsize: int = 0
-    inflight: int = 0
-    capacity: float = 0.0
-    threads: int = 1
-    demand: float = 0.0
-    ready: bool = True
-    voices: frozenset[str] = frozenset()
-    strikes: int = 0
-    pending: list[float] = field(default_factory=list)
-    """Normalized latencies observed since the last refresh, oldest first."""
+from ttsvc.balancer.model import (
+    CLOCK_EPSILON,
+    COLD_VOICE_LOAD,
+    MAX_SCORE,
+    RATE_EPSILON,
+    SEED_REFERENCE_MS,
+    BalancerSettings,
+    Clock,
+    Worker,
+    WorkerState,
+    require_finite_non_negative,
+)
+from ttsvc.errors import NoWorkerAvailable
 
 
 class HeatScoreBalancer:
@@ -243,7 +97,7 @@ class HeatScoreBalancer:
         """Create an empty pool; ``clock`` returns monotonic seconds (``time.monotonic``)."""
         self._settings = settings
         self._clock = clock
-        self._workers: dict[int, _Worker] = {}
+        self._workers: dict[int, Worker] = {}
         self._last_refresh = clock()
 
     @property
@@ -266,10 +120,10 @@ class HeatScoreBalancer:
 
         Registering an id again (a restarted worker) starts it afresh.
         """
-        _require_finite_non_negative("capacity", capacity)
+        require_finite_non_negative("capacity", capacity)
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be an int >= 1, got {threads!r}")
-        self._workers[worker_id] = _Worker(
+        self._workers[worker_id] = Worker(
             id=worker_id, last_heartbeat=self._clock(), capacity=capacity, threads=threads,
             voices=frozenset(voices),
         )  # fmt: skip
@@ -310,9 +164,9 @@ class HeatScoreBalancer:
         if qsize < 0:
             raise ValueError(f"qsize must be >= 0, got {qsize}")
         if capacity is not None:
-            _require_finite_non_negative("capacity", capacity)
+            require_finite_non_negative("capacity", capacity)
         if demand is not None:
-            _require_finite_non_negative("demand", demand)
+            require_finite_non_negative("demand", demand)
         worker = self._workers.get(worker_id)
         if worker is None:
             return False
@@ -337,7 +191,7 @@ class HeatScoreBalancer:
 
     def normalized_latency_ms(self, ttfa_ms: float) -> float:
         """The latency the score formula sees: ``ttfa_ms * 50 / reference_ttfa_ms``."""
-        return ttfa_ms * (_SEED_REFERENCE_MS / self._settings.reference_ttfa_ms)
+        return ttfa_ms * (SEED_REFERENCE_MS / self._settings.reference_ttfa_ms)
 
     # -- scoring ---------------------------------------------------------------------------------
 
@@ -348,7 +202,7 @@ class HeatScoreBalancer:
         harmless.
         """
         now = self._clock()
-        if now - self._last_refresh < self._settings.refresh_interval - _CLOCK_EPSILON:
+        if now - self._last_refresh < self._settings.refresh_interval - CLOCK_EPSILON:
             return False
         self._last_refresh = now
         s = self._settings
@@ -368,10 +222,10 @@ class HeatScoreBalancer:
 
     # -- routing ---------------------------------------------------------------------------------
 
-    def _is_live(self, worker: _Worker, now: float) -> bool:
+    def _is_live(self, worker: Worker, now: float) -> bool:
         return worker.ready and now - worker.last_heartbeat < self._settings.heartbeat_timeout
 
-    def _is_full(self, worker: _Worker) -> bool:
+    def _is_full(self, worker: Worker) -> bool:
         """The worker would hold a new stream back: it has a stream per compute thread, and one
         more would take it past its share of a known capacity."""
         if worker.capacity <= 0.0:
@@ -379,7 +233,7 @@ class HeatScoreBalancer:
         need = max(worker.demand, float(worker.inflight))
         if need < worker.threads:
             return False
-        return need + 1.0 > worker.capacity * self._settings.realtime_load + _RATE_EPSILON
+        return need + 1.0 > worker.capacity * self._settings.realtime_load + RATE_EPSILON
 
     def pick(self, voice: str | None = None) -> int:
         """Choose a worker for a new stream (of ``voice``, when named) and count the dispatch
@@ -393,7 +247,7 @@ class HeatScoreBalancer:
         """
         self.refresh()
         now = self._clock()
-        best: _Worker | None = None
+        best: Worker | None = None
         best_key: tuple[bool, float, int] = (True, math.inf, 0)
         for worker in self._workers.values():
             if not self._is_live(worker, now):
@@ -455,6 +309,18 @@ class HeatScoreBalancer:
             )
             for w in sorted(self._workers.values(), key=lambda w: w.id)
         ]
+
+    def load_of(self, worker_id: int) -> int:
+        """One registered worker's load as routing counts it (``WorkerState.load``)."""
+        worker = self._workers[worker_id]
+        return max(worker.qsize, worker.inflight)
+
+    def score(self, worker_id: int) -> float | None:
+        """One worker's heat score (None if it is not registered): what its gauge shows, read on
+        every report from it without building the whole pool's snapshot."""
+        self.refresh()
+        worker = self._workers.get(worker_id)
+        return None if worker is None else worker.score
 
     def pool_score(self) -> float:
         """Mean score of live workers (0.0 when none), for ``/health``: ``{"score": x}``."""

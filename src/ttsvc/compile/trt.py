@@ -9,7 +9,7 @@ the versions, under a hidden name the watcher and the repository ignore, keyed b
 fingerprint, so a rebuild on the same machine skips most tactic timing.
 
 FP16 (``--quantize fp16``) applies to flow and vocoder, with overflow-prone layers pinned to
-FP32 (``tensorrt.keeps_fp32``); the acoustic plan stays FP32 (durations are rounded up from
+FP32 (``trt_plan.keeps_fp32``); the acoustic plan stays FP32 (durations are rounded up from
 ``exp``). The acoustic graph is the risky one for TensorRT (data-dependent output length, random
 draws, scatter and non-zero ops): if TensorRT cannot build it, the version keeps
 ``acoustic.onnx`` and workers run it on ONNX Runtime on the CPU, once per sentence, while flow
@@ -25,9 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ttsvc.backends import gpu
 from ttsvc.backends import tensorrt as trtb
 from ttsvc.backends.base import EngineSet
 from ttsvc.backends.onnxruntime import ACOUSTIC_FILE, FLOW_FILE, VOCODER_FILE, runtime_fingerprint
+from ttsvc.compile import trt_plan
 from ttsvc.compile.profiles import check_limits, engine_profiles
 from ttsvc.compile.split import SplitEngines, with_batch_axis
 from ttsvc.errors import GraphShapeError, InvalidParameter
@@ -49,7 +51,7 @@ def check_trt_options(quantize: str, max_batch: int, seq_len: int) -> None:
             field="quantize",
         )
     check_limits(max_batch, seq_len)
-    trtb.require_gpu()
+    gpu.require_gpu()
 
 
 @dataclass
@@ -83,7 +85,7 @@ def build_plans(
     log: Callable[[str], None],
 ) -> TrtBuild:
     """Build a plan per engine into ``staging`` and drop the CPU graphs the plans replace."""
-    fingerprint = trtb.trt_fingerprint()
+    fingerprint = gpu.trt_fingerprint()
     profiles = engine_profiles(max_batch=max_batch, seq_len=seq_len, schedule=schedule,
                                contexts=contexts, channels=channels)  # fmt: skip
     cache_path = timing_cache_path(voice_dir, fingerprint)
@@ -99,8 +101,8 @@ def build_plans(
         precision = "fp32" if name == "acoustic" else quantize
         fp16 = precision == "fp16"
         try:
-            built = trtb.build_plan(model.SerializeToString(), profiles[name],
-                                    fp16=fp16, timing_cache=timing)  # fmt: skip
+            built = trt_plan.build_plan(model.SerializeToString(), profiles[name],
+                                        fp16=fp16, timing_cache=timing)  # fmt: skip
         except GraphShapeError as exc:
             if name != "acoustic":
                 raise

@@ -28,15 +28,10 @@ from fastapi.responses import Response
 
 from ttsvc.audio.encode import FORMATS
 from ttsvc.errors import InvalidParameter
-from ttsvc.gateway.app import (
-    GatewayState,
-    SpeakerLookup,
-    SpeechOrder,
-    SynthesizeRequest,
-    _rate,
-    _synthesize,
-)
+from ttsvc.gateway.encoding import synthesis_response
+from ttsvc.gateway.models import SpeakerLookup, SpeechOrder, SynthesizeRequest, output_rate
 from ttsvc.gateway.sse import AudioBody, event
+from ttsvc.gateway.state import GatewayState
 from ttsvc.protocol import AudioChunkMsg
 
 PATH = "/synthesize/with-timestamps"
@@ -104,7 +99,7 @@ def add_timestamps_route(
             )
         state.require_durations(voice)
         order = SpeechOrder(body.text, body.speed, body.noise_scale, body.noise_w,
-                            body.sentence_silence, _rate(fmt, body.sample_rate), fmt, True,
+                            body.sentence_silence, output_rate(fmt, body.sample_rate), fmt, True,
                             "timestamps", voice, await speaker(voice, body.speaker),
                             timestamps=True)  # fmt: skip
-        return await _synthesize(state, order, request, CaptionBody(body.stream_format))
+        return await synthesis_response(state, order, request, CaptionBody(body.stream_format))

@@ -19,10 +19,11 @@ from pathlib import Path
 
 from watchfiles import Change
 
-from ttsvc.gateway.hotswap import EngineSwapper, watch_changes
+from ttsvc.gateway.hotswap import EngineSwapper
 from ttsvc.observability.logs import get_logger
 from ttsvc.protocol import EngineSpec
 from ttsvc.repository.layout import STAGING_PREFIX
+from ttsvc.repository.watcher import watch_changes
 
 log = get_logger("catalog")
 

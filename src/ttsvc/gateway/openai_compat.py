@@ -1,7 +1,7 @@
 """OpenAI's speech API as ttsvc speaks it: names, limits, request body and error shape.
 
-Pure data and functions; the routes live with the others in ``ttsvc.gateway.app`` and share its
-one synthesis path.
+Pure data and functions; the routes live with the others in ``ttsvc.gateway.routes`` and share
+their one synthesis path.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from ttsvc.ranges import SPEED, Speed
 
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
 """Model names OpenAI clients send; all are served by the one engine set."""
@@ -37,7 +39,7 @@ class SpeechRequest(BaseModel):
     input: str = Field(max_length=OPENAI_MAX_INPUT)
     voice: str | VoiceRef
     response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
-    speed: float = Field(1.0, ge=0.25, le=4.0)
+    speed: Speed = SPEED
     instructions: str | None = None
     """Style prompts of OpenAI's newer models; this voice has no style control: ignored."""
     stream_format: Literal["audio", "sse"] = "audio"

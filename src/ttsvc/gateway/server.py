@@ -17,9 +17,11 @@ from types import FrameType
 import uvicorn
 
 from ttsvc.config import Settings
-from ttsvc.errors import PortUnavailable
-from ttsvc.gateway.app import GatewayState, QuietAborts, create_app
+from ttsvc.errors import PortUnavailable, ShutDown
+from ttsvc.gateway.app import create_app
 from ttsvc.gateway.connections import ClientDeadlines, deadline_protocol
+from ttsvc.gateway.limits import QuietAborts
+from ttsvc.gateway.state import GatewayState
 from ttsvc.observability.logs import get_logger
 
 log = get_logger("server")
@@ -61,7 +63,7 @@ class DrainingServer(uvicorn.Server):
             # what is still running now would otherwise be cancelled by uvicorn's own shutdown
             # timeout (seconds later, with a traceback each, and a stream that may look complete)
             aborted = self.gateway.abort_exchanges(
-                "shutdown", "the server shut down before this request finished; retry"
+                ShutDown("the server shut down before this request finished; retry")
             )
             dropped = await self._end_responses() if aborted else 0
             log.info("drained", aborted=aborted, dropped_connections=dropped)

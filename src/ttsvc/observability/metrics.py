@@ -100,6 +100,10 @@ class ServiceMetrics:
                                      "Engine versions present that may not serve (value 1), by "
                                      "the file at fault", ["voice", "version", "file"],
                                      registry=r)  # fmt: skip
+        self.worker_settled = Gauge("ttsvc_worker_memory_settled",
+                                    "1 while a worker is idle and has given back what its last "
+                                    "work freed (its RSS then is its resting size)", ["worker"],
+                                    registry=r)  # fmt: skip
         self.voices_loaded = Gauge("ttsvc_worker_voice_loaded",
                                    "Voices a worker holds loaded now (value 1; the others are "
                                    "loaded when a request needs them)", ["worker", "voice"],
@@ -134,9 +138,11 @@ class ServiceMetrics:
             self.voices_loaded.labels(w, voice).set(1)
         self._voice_labels[w] = set(voices)
 
-    def set_worker(self, worker: int, in_flight: int, queued: int, score: float | None) -> None:
+    def set_worker(self, worker: int, in_flight: int, queued: int, score: float | None,
+                   settled: bool = False) -> None:  # fmt: skip
         """Per-worker gauges, refreshed whenever the gateway's view of a worker changes."""
         w = str(worker)
+        self.worker_settled.labels(w).set(int(settled))
         self.streams_in_flight.labels(w).set(in_flight)
         self.streams_queued.labels(w).set(queued)
         if score is not None:

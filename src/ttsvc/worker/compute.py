@@ -89,13 +89,9 @@ class StreamScheduler:
         stream.pending = None
 
     def _next(self) -> _Stream:
-        """Fresh streams first (oldest first), then the earliest playback deadline.
-
-        Tried and measured (benchmarks/http_bench.py, 2 workers): letting a running stream
-        whose buffered audio ends within 60 ms go before fresh ones did not reduce underruns at
-        concurrency 4 (93 % vs 80 % of streams with a gap) and, in overload at 16, raised time
-        to first audio p50 from ~100 ms to ~1,000 ms; fresh-first stays.
-        """
+        """Fresh streams first (oldest first), then the earliest playback deadline: letting
+        nearly-dry running streams go first bought no fewer gaps and cost fresh streams their
+        first audio in overload (``docs/decisions.md``)."""
         if not self.multiplex:
             return next(iter(self.streams.values()))  # FIFO: one whole request at a time
         fresh = [s for s in self.streams.values() if s.first_sent_at is None]
@@ -194,10 +190,10 @@ class StreamScheduler:
         self._release(stream)
         if isinstance(exc, TTSError):
             log.info("stream_failed", uid=uid, error_type=exc.type)
-            send(StreamError(uid, exc.status, exc.type, exc.message, exc.field))
+            send(StreamError.of(uid, exc))
             return
         log.exception("stream_crashed", uid=uid)  # called from the except block: traceback
-        send(StreamError(uid, 500, "internal_error", f"synthesis failed: {type(exc).__name__}"))
+        send(StreamError.of(uid, TTSError(f"synthesis failed: {type(exc).__name__}")))
 
     def _emit(
         self,

@@ -12,9 +12,16 @@ until a container's memory limit killed it. Two calls fix it at the allocator:
 - ``malloc_trim(0)`` hands the free pages inside the arenas (small blocks: graph parsing, Python
   objects) back; the worker calls it when idle, so the few milliseconds never delay a window.
 
-The inference runtime's own arena (ONNX Runtime's, shared by a worker's sessions) keeps what it
-grew to while an old and a new engine set ran side by side; after a swap or an eviction the next
-idle trim also has it hand its free regions back (``released``).
+The inference runtime's own arena (ONNX Runtime's, shared by a worker's sessions) keeps every
+region it ever grew to, the peak of an old and a new engine set running side by side during a swap
+included. Once the worker has been idle for ``SHRINK_IDLE_S`` it has the arena hand its free
+regions back too, once per idle spell. Not at every trim: a shrunk arena faults its pages in again
+on the next request's first window, which a worker busy with back-to-back requests should not
+pay; a pause of seconds is where memory can be given back for free (the alternatives measured
+are in ``docs/decisions.md``).
+
+``settled`` says the worker has given back all its last work freed: a worker's resting size (what
+a memory limit or a memory test should read) is its RSS then, not at the end of a response.
 
 The two calls are glibc's; elsewhere (musl, macOS) they are absent and only the arena shrinks.
 """
@@ -34,6 +41,9 @@ MMAP_THRESHOLD_BYTES = 128 * 1024
 TRIM_INTERVAL_S = 1.0
 """At most one trim per this many seconds: a worker that goes idle between short requests many
 times a second would otherwise give pages back only to fault them in again."""
+SHRINK_IDLE_S = 2.0
+"""Idle this long after its last work, a worker also shrinks the runtime's arena: longer than the
+gap between a client's back-to-back requests, shorter than a pause in a conversation."""
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -63,15 +73,18 @@ class Heap:
         self,
         trim_interval_s: float = TRIM_INTERVAL_S,
         shrink_arena: Callable[[], object] | None = None,
+        shrink_idle_s: float = SHRINK_IDLE_S,
     ) -> None:
-        """``shrink_arena``: the inference runtime's call that returns its arena's free regions
-        (see ``released``)."""
+        """``shrink_arena``: the inference runtime's call that returns its arena's free regions,
+        made once the worker has been idle for ``shrink_idle_s``."""
         self._libc = _glibc()
         self._interval = trim_interval_s
         self._shrink_arena = shrink_arena
+        self._shrink_idle = shrink_idle_s
         self._last_trim = float("-inf")
+        self._last_freed = float("-inf")
         self._dirty = False
-        self._released = False
+        self._grown = False
         self.trims = 0
         self.shrinks = 0
 
@@ -88,31 +101,33 @@ class Heap:
         return bool(self._libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
     def freed(self) -> None:
-        """Memory may have been freed (a stream ran or ended, engines were replaced)."""
+        """Memory may have been freed (a stream ran or ended, engines were replaced); call on
+        every step of work, so the idle time counts from the last."""
         self._dirty = True
+        self._grown = self._shrink_arena is not None
+        self._last_freed = time.monotonic()
 
-    def released(self) -> None:
-        """An engine set was replaced or evicted: at the next trim, the runtime's arena also
-        gives back the regions it grew to while two sets ran side by side. Not after every
-        stream: a shrunk arena faults its pages in again on the next request's first window."""
-        self._dirty = True
-        self._released = True
+    @property
+    def settled(self) -> bool:
+        """Whether everything the last work freed has been given back (trimmed, and the arena
+        shrunk): the process is at its resting size."""
+        return not self._dirty and not self._grown
 
     def trim_if_due(self) -> bool:
-        """Trim (after a ``released``, shrink the runtime's arena first) if something was freed
-        since the last trim and the interval has passed; call only while no stream is waiting.
-        True when it trimmed."""
-        if not self._dirty:
-            return False
+        """Trim if something was freed since the last trim and the interval has passed; once
+        idle for the shrink delay, shrink the runtime's arena first. Call only while no stream
+        is waiting. True when it trimmed."""
         now = time.monotonic()
-        if now - self._last_trim < self._interval:
+        shrink = self._grown and now - self._last_freed >= self._shrink_idle
+        if not shrink and (not self._dirty or now - self._last_trim < self._interval):
             return False
-        if self._released and self._shrink_arena is not None:
+        if shrink and self._shrink_arena is not None:
             self._shrink_arena()
             self.shrinks += 1
+            self._grown = False
         if self._libc is not None:
             self._libc.malloc_trim(0)
         self._last_trim = now
-        self._dirty = self._released = False
+        self._dirty = False
         self.trims += 1
         return True

@@ -10,21 +10,19 @@ starts early; later windows grow so the overlap's cost stays small against throu
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import numpy as np
-import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
 
 from ttsvc.backends.base import EngineSet, FloatArray, IntArray, SentenceRun
 from ttsvc.errors import AudioTooLong, InvalidParameter, TimestampsUnavailable
 from ttsvc.protocol import WordTime
+from ttsvc.synthesis.canary import CANARY_TEXT
+from ttsvc.synthesis.params import SynthesisParams
+from ttsvc.synthesis.steps import Answer, AudioChunk, FrameCall, Pcm16, Steps, drive, to_pcm16
 from ttsvc.text.frontend import Sentence, TextFrontEnd
 from ttsvc.windows import Budget, WindowSchedule
-
-Pcm16 = npt.NDArray[np.int16]
 
 ESTIMATE_MARGIN = 1.5
 """Audio estimated per phoneme id, as a multiple of the canary's rate: above every kind of text
@@ -34,113 +32,11 @@ FLOW_CHUNK = 256
 """Least frames the flow advances by after a sentence's first window: its context overhead stays
 small, and one step stays short enough not to hold up other streams on the worker."""
 
-
-class SynthesisParams(BaseModel):
-    """Per-request knobs with validated ranges; ``None`` takes the voice's default."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    speed: float = Field(1.0, ge=0.25, le=4.0)
-    """Speaking rate: 2.0 is twice as fast (divides the voice's length scale)."""
-    noise_scale: float | None = Field(None, ge=0.0, le=2.0)
-    """Latent noise; 0 makes the audio deterministic."""
-    noise_w: float | None = Field(None, ge=0.0, le=2.0)
-    """Duration noise; 0 makes the rhythm deterministic."""
-    sentence_silence: float = Field(0.2, ge=0.0, le=5.0)
-    """Seconds of silence after each sentence but the last."""
-    speaker: int | None = Field(None, ge=0)
-    """Speaker id of a multi-speaker voice (``voice.speaker_id`` resolves a name); ``None`` is
-    speaker 0, the only one of a single-speaker voice."""
-    timestamps: bool = False
-    """Give each chunk the words whose audio starts in it (``AudioChunk.words``)."""
-
-    def scales(self, engines: EngineSet) -> FloatArray:
-        """The ``scales`` input of a Piper graph: noise scale, length scale, noise width."""
-        inf = engines.voice.inference
-        return np.array(
-            [
-                inf.noise_scale if self.noise_scale is None else self.noise_scale,
-                inf.length_scale / self.speed,
-                inf.noise_w if self.noise_w is None else self.noise_w,
-            ],
-            dtype=np.float32,
-        )
-
-
-@dataclass(frozen=True)
-class FrameCall:
-    """An engine run one stream waits for: ``inputs`` through ``stage``.
-
-    The synthesizer yields these instead of calling the engine, so that on a GPU the worker can
-    gather the same call of several streams into one batched run, and on a CPU each engine run
-    is one step of its own that the worker's deadline queue orders (a sentence's acoustic run
-    too, so it never rides along with another stream's window). The answer sent back is the
-    engine's output for ``inputs``: latents ``[1, C, T]`` for the phoneme ids ``[1, N]`` of an
-    acoustic call (with ``scales``), ``[1, C, T]`` frames from the flow, or the flat samples of
-    the vocoder.
-    """
-
-    stage: Literal["acoustic", "flow", "vocoder"]
-    inputs: npt.NDArray[Any]
-    scales: FloatArray | None = None
-    """The acoustic call's noise and length scales."""
-    speaker: int = 0
-    """The stream's speaker id: a multi-speaker voice conditions every engine on it."""
-
-
 T = TypeVar("T")
-Answer = FloatArray | SentenceRun
-"""What a ``FrameCall`` is answered with: a ``SentenceRun`` for an acoustic call, else the
-engine's output array."""
-Steps = Generator["FrameCall | T", "Answer | None", None]
-"""Items of type ``T``, with the engine runs they need yielded as ``FrameCall``s in between."""
-
-
-def drive(steps: Steps[T], run: Callable[[FrameCall], Answer]) -> Iterator[T]:
-    """The items of ``steps``, answering each ``FrameCall`` at once with ``run``."""
-    answer: Answer | None = None
-    while True:
-        try:
-            item = steps.send(answer)
-        except StopIteration:
-            return
-        if isinstance(item, FrameCall):
-            answer = run(item)
-        else:
-            answer = None
-            yield item
 
 
 def _window(start: int, end: int, audio: FloatArray) -> tuple[int, int, FloatArray]:
     return start, end, audio
-
-
-@dataclass(frozen=True)
-class AudioChunk:
-    """A piece of an utterance's audio, in order."""
-
-    samples: Pcm16
-    """Mono PCM16 at the voice's sample rate."""
-    offset: int
-    """Index of the first sample within the whole utterance."""
-    sentence: int
-    """Index of the sentence this chunk belongs to."""
-    last: bool
-    """True on the final chunk of the utterance."""
-    offset_s: float = 0.0
-    """``offset`` in seconds."""
-    words: tuple[WordTime, ...] = ()
-    """Words whose audio starts in this chunk (when timestamps were asked for)."""
-
-
-def to_pcm16(audio: FloatArray) -> Pcm16:
-    """Float [-1, 1] to PCM16, without Piper's per-sentence peak normalization.
-
-    Streaming cannot know a sentence's peak before its last window, and the voice's output is
-    already within [-1, 1] (a tanh), so the samples are only scaled.
-    """
-    pcm: Pcm16 = np.rint(np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
-    return pcm
 
 
 class Synthesizer:
@@ -444,29 +340,3 @@ class Synthesizer:
             if index < len(sentences) - 1:
                 pieces.append(silence)
         return np.concatenate(pieces)
-
-
-CANARY_TEXT = "The quick brown fox jumps over the lazy dog."
-"""What every engine set must say before it serves."""
-
-
-def canary_failure(synth: Synthesizer) -> str | None:
-    """Why ``synth``'s engines must not serve, or ``None`` when the canary passes.
-
-    Loading proves the graph parses, not that it speaks: a corrupted weight can load and output
-    silence or noise. The canary is deterministic (noise 0), so its checks are stable: finite,
-    clearly audible, and of a duration plausible for the sentence (0.3-1.5 s per ten phonemes'
-    worth of the text would be voice-specific; the bounds here are generous on purpose).
-    """
-    params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
-    sentences = synth.sentences(CANARY_TEXT)
-    audio = np.concatenate([synth.one_shot(s.ids, params) for s in sentences])
-    seconds = len(audio) / synth.sample_rate
-    if not np.all(np.isfinite(audio)):
-        return "canary audio has NaN or infinite samples"
-    rms = float(np.sqrt(np.mean(np.square(audio, dtype=np.float64))))
-    if rms < 0.01:
-        return f"canary audio is silent (RMS {rms:.4f})"
-    if not 1.0 <= seconds <= 8.0:
-        return f"canary audio lasts {seconds:.2f} s, implausible for its sentence"
-    return None

@@ -1,0 +1,63 @@
+"""The ``ttsvc`` command: compile engines, synthesize from the command line, list engines.
+
+Settings are built here, once, from the environment and flags, and passed down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ttsvc import __version__
+from ttsvc.cli.args import HelpFormatter, overrides
+from ttsvc.cli.compile import add_compile, cmd_compile
+from ttsvc.cli.engines import add_engines, cmd_engines
+from ttsvc.cli.keys import add_keys, cmd_keys
+from ttsvc.cli.serve import add_serve, cmd_serve
+from ttsvc.cli.synth import add_synth, cmd_synth
+from ttsvc.config import Settings
+from ttsvc.errors import TTSError
+from ttsvc.observability.logs import configure_logging
+
+# the docstring above is the top-level --help; each subcommand's flags and command are in its
+# own module (compile, synth, serve, keys, engines), the shared argument helpers in args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and docs)."""
+    parser = argparse.ArgumentParser(prog="ttsvc", description=__doc__,
+                                     formatter_class=HelpFormatter)  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_compile(sub)
+    add_synth(sub)
+    add_serve(sub)
+    add_keys(sub)
+    add_engines(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ttsvc`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings(**overrides(args))  # type: ignore[arg-type]
+    except ValueError as exc:
+        print(f"ttsvc: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    # the service's logs are its output (stdout, for Loki); other commands keep stdout for results
+    configure_logging(settings.log_level, sys.stdout if args.command == "serve" else None,
+                      settings.log_format)  # fmt: skip
+    commands = {
+        "compile": cmd_compile,
+        "synth": cmd_synth,
+        "serve": cmd_serve,
+        "keys": cmd_keys,
+        "engines": cmd_engines,
+    }
+    try:
+        return commands[args.command](args, settings)
+    except TTSError as exc:
+        print(f"ttsvc {args.command}: {exc.message}", file=sys.stderr)
+        return 1

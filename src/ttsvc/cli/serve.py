@@ -1,0 +1,121 @@
+"""``ttsvc serve``: run the HTTP service (gateway + worker pool).
+
+Its own module for its many flags, and so the gateway stays behind the import inside
+``cmd_serve``; the worker stack is never imported in this process (the workers load it).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ttsvc.cli.args import HelpFormatter, document_defaults
+from ttsvc.cli.engines import resolve_engines
+from ttsvc.config import Settings
+from ttsvc.observability.logs import get_logger
+
+
+def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="run the HTTP service (gateway + worker pool)",
+                       formatter_class=HelpFormatter)  # fmt: skip
+    p.add_argument("--host", default=None,
+                   help="address of the API and metrics (default 127.0.0.1: this machine only; "
+                   "0.0.0.0 listens on every interface, as the image and the chart set)")
+    p.add_argument("--port", type=int, default=None, help="API port (default 9000)")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="Prometheus /metrics port (default 9091, or a free port when 9091 is "
+                   "taken and this is not set; 0: off)")
+    p.add_argument("--wyoming-port", type=int, default=None,
+                   help="serve the Wyoming protocol (Home Assistant) on this port, on --host, "
+                   "with no authentication (default 0: off; Home Assistant's usual is 10200)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes (default: from the CPUs, see --cpus: 1 up to 4 CPUs, "
+                   "then ceil(cpus / 4); one per CPU with --scheduler legacy)")
+    p.add_argument("--compute-threads", type=int, default=None,
+                   help="compute threads per worker process (default: the CPUs spread over the "
+                   "workers, ceil(cpus / workers); 1 with --scheduler legacy)")
+    p.add_argument("--cpus", type=int, default=None,
+                   help="CPUs to plan workers x compute threads for (default: the container's "
+                   "cgroup CPU quota, rounded up, bounded by the CPU affinity mask)")
+    p.add_argument("--scheduler", choices=["deadline", "legacy"], default=None,
+                   help="deadline: compute threads over one queue ordered by playback deadline, "
+                   "admission by capacity; legacy: the earlier one-thread scheduler "
+                   "(default: deadline)")
+    p.add_argument("--realtime-load", type=float, default=None,
+                   help="share of a worker's real-time capacity its streams may demand before a "
+                   "new stream waits (default 0.9)")
+    p.add_argument("--step-floor-ms", type=float, default=None,
+                   help="shortest bound the deadline scheduler puts on a step: larger overlaps "
+                   "less (throughput), a stream needing a thread waits longer (default 100)")
+    p.add_argument("--engines-dir", type=Path, default=None, help="engine repository root")
+    p.add_argument("--voice", default=None, help="voice for requests that name none")
+    p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads per engine run")
+    p.add_argument("--max-streams-per-worker", type=int, default=None,
+                   help="streams a worker process holds, computing or waiting for capacity, "
+                   "before 429 (default: 20 per compute thread)")
+    p.add_argument("--queue-timeout", type=float, default=None, dest="queue_timeout_s",
+                   help="seconds a request may wait for its first audio before 503")
+    p.add_argument("--drain-grace", type=float, default=None, dest="drain_grace_s",
+                   help="seconds in-flight streams get to finish after SIGTERM")
+    p.add_argument("--idle-timeout", type=float, default=None, dest="idle_timeout_s",
+                   help="close a connection idle this long, new or kept alive (default 5 s)")
+    p.add_argument("--header-timeout", type=float, default=None, dest="header_timeout_s",
+                   help="a request's headers must arrive within this (default 10 s)")
+    p.add_argument("--body-timeout", type=float, default=None, dest="body_timeout_s",
+                   help="a request body must arrive within this of its headers; else 408 "
+                        "(default 10 s)")  # fmt: skip
+    p.add_argument("--no-multiplex", action="store_false", default=None, dest="multiplex",
+                   help="serve one whole request at a time per worker (default: streams "
+                   "interleaved window by window)")
+    p.add_argument("--window-budget-share", type=float, default=None,
+                   help="share of a peer stream's buffered audio a window may take")  # fmt: skip
+    p.add_argument("--first-window", type=int, default=None, help="frames in the first window")
+    p.add_argument("--api-keys-file", type=Path, default=None,
+                   help="key file (see `ttsvc keys add`); set: bearer keys are required "
+                   "(default: none, no keys)")
+    p.add_argument("--default-rpm", type=int, default=None,
+                   help="requests per minute for keys that set none (default: unlimited)")
+    p.add_argument("--default-audio-s-per-min", type=float, default=None,
+                   help="audio seconds per minute for keys that set none (default: unlimited)")
+    p.add_argument("--default-key-streams", type=int, default=None,
+                   help="concurrent streams for keys that set none (default: a fair share of "
+                   "the slots)")
+    p.add_argument("--max-audio-s", type=float, default=None,
+                   help="most audio seconds one request may produce (default 600)")
+    p.add_argument("--api-docs", action=argparse.BooleanOptionalAction, default=None,
+                   help="serve /docs, /redoc and /openapi.json, behind the key when keys are on "
+                   "(default: off; the pages load Swagger UI and ReDoc from a public CDN)")
+    p.add_argument("--log-format", choices=["auto", "json", "console"], default=None,
+                   help="auto: readable lines on a terminal, JSON lines otherwise")
+    p.add_argument("--cors-origin", action="append", default=None, dest="cors_origins",
+                   help="allow browser calls from this origin (repeatable; default: none)")
+    p.add_argument("--voice-alias", action="append", default=None, dest="voice_aliases",
+                   metavar="NAME=VOICE", help="map a voice name to a served voice (repeatable; "
+                   "default: OpenAI's voice names to --voice)")
+    p.add_argument("--voice-memory-mb", type=float, default=None,
+                   help="megabytes the voices a worker holds may take (a medium voice: about "
+                   "140); past it the least recently used voice is let go (0: no limit)")
+    document_defaults(p)
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from ttsvc.gateway.server import claim_ports, serve  # noqa: PLC0415
+
+    # before the engines: a taken port must not be found after a minute of compiling
+    settings = claim_ports(settings)
+    path = resolve_engines(settings, settings.voice)
+    budget = settings.cpu_budget()
+    get_logger("serve").info(
+        "serving",
+        engines=str(path),
+        port=settings.port,
+        metrics_port=settings.metrics_port,
+        wyoming_port=settings.wyoming_port or None,
+        workers=settings.workers,
+        compute_threads=settings.compute_threads,
+        split=f"{settings.workers}x{settings.compute_threads}",  # processes x threads
+        scheduler=settings.scheduler,
+        cpus=budget.cpus,
+        cpus_from=budget.source,
+    )
+    return serve(settings, settings.voice)

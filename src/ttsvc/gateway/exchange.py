@@ -1,0 +1,358 @@
+"""One synthesis request's life on the gateway: admitted, dispatched, accounted, finished once.
+
+Every API's synthesis (the HTTP routes, the WebSocket, Wyoming) is admitted and sent to a worker
+by ``start_exchange``, and the ``SynthesisExchange`` it returns holds what the request holds (a
+stream slot, a key's quota claim, a mailbox, an encoder) until ``finish`` releases it all and
+writes the request's one completion log line, however the request ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from fastapi import Request
+from starlette.requests import HTTPConnection
+
+from ttsvc.audio.encode import Encoder
+from ttsvc.errors import (
+    Busy,
+    ClientClosedRequest,
+    Draining,
+    EngineError,
+    InvalidParameter,
+    QueueTimeout,
+    TextTooLong,
+    TTSError,
+    WorkerStalled,
+)
+from ttsvc.gateway.models import SpeechOrder
+from ttsvc.gateway.ratelimit import Ticket
+from ttsvc.gateway.responses import log_labels
+from ttsvc.gateway.state import GatewayState
+from ttsvc.observability.logs import get_logger
+from ttsvc.pool.supervisor import Mailbox, WorkerPool
+from ttsvc.protocol import AudioChunkMsg, StreamDone, StreamError, SynthesisJob
+from ttsvc.voice import SAMPLE_RATE
+
+log = get_logger("gateway")
+
+
+class SynthesisExchange:
+    """One request's life on the gateway: admitted, dispatched, streamed, finished exactly once.
+
+    Finishing releases the admission slot and the mailbox, tells the worker to stop if the client
+    left early, and writes the request's one completion log line. It is idempotent, so the
+    normal end, an error, a disconnect and the drain can all call it.
+    """
+
+    def __init__(
+        self,
+        state: GatewayState,
+        request: HTTPConnection,
+        pool: WorkerPool,
+        wid: int,
+        job: SynthesisJob,
+        qsize: int,
+        gone: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        self.state = state
+        self.request = request
+        if gone is None:
+            assert isinstance(request, Request), "a WebSocket's session says when it is gone"
+            gone = functools.partial(_client_gone, request)
+        self.gone = gone
+        """Returns once the client has left (an HTTP request's disconnect by default)."""
+        self.buffered = False
+        """A ``stream: false`` request: nothing is sent before the end, so a failure is its code."""
+        self.pool = pool
+        self.wid = wid
+        self.job = job
+        self.qsize = qsize
+        self.started = time.perf_counter()
+        self.box: Mailbox | None = None
+        self.first_audio_s: float | None = None
+        self.failure: StreamError | None = None
+        """Set when the stream failed after the first audio (it cannot finish)."""
+        self.rate = SAMPLE_RATE
+        """Output sample rate, for turning bytes into playback time."""
+        self.audio_s = 0.0
+        self.compute_s: float | None = None
+        self.engine_version: str | None = None
+        self._last_chunk: float | None = None
+        self._finished = False
+        self.ticket: Ticket | None = None
+        """The key's quota claim, settled with the audio really produced."""
+        self.encoder: Encoder | None = None
+        state.inflight += 1
+        state.idle.clear()
+        state.exchanges.add(self)
+
+    async def first(self, timeout: float) -> AudioChunkMsg:
+        """Dispatch and wait for the first audio; a failure before it becomes an HTTP error.
+
+        The client is watched meanwhile: one that leaves while its request is queued gets it
+        cancelled in the worker (dropped from its queue, never synthesized) and is recorded as
+        499, not left to be synthesized for nobody.
+        """
+        self.box = await self.pool.submit(self.wid, self.job)
+        audio = asyncio.ensure_future(self.box.get())
+        gone = asyncio.ensure_future(self.gone())
+        try:
+            done, _ = await asyncio.wait({audio, gone}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        except asyncio.CancelledError:
+            self.finish("cancelled", cancel=True)
+            raise
+        finally:
+            audio.cancel()
+            gone.cancel()
+        if audio not in done:
+            if gone in done:
+                self.finish("cancelled", cancel=True)
+                raise ClientClosedRequest("the client closed the request before its first audio")
+            self.finish("queue_timeout", cancel=True)
+            raise QueueTimeout(f"no audio within the {timeout:g} s queue deadline")
+        msg = audio.result()
+        if isinstance(msg, StreamError):
+            self.finish(msg.type, cancel=True, code=msg.status)
+            raise WorkerReportedError(msg)
+        if isinstance(msg, StreamDone):
+            empty = TTSError("the stream ended without audio")
+            self.finish("empty_audio", code=empty.status)
+            raise WorkerReportedError(StreamError.of(self.job.uid, empty))
+        self.first_audio_s = time.perf_counter() - self.started
+        self.engine_version = msg.engine_version
+        metrics = self.state.metrics
+        metrics.ttfa.observe(self.first_audio_s)
+        metrics.queue_wait.observe(msg.queued_s)
+        return msg
+
+    def received(self, msg: AudioChunkMsg) -> None:
+        """Account one chunk as it goes out: gap since the last one, and whether a client playing
+        in real time from the first chunk would have run out of audio before it (an underrun)."""
+        now = time.perf_counter()
+        metrics = self.state.metrics
+        if self._last_chunk is not None and not self.buffered:
+            metrics.chunk_gap.observe(now - self._last_chunk)
+            assert self.first_audio_s is not None
+            if now - (self.started + self.first_audio_s) > self.audio_s:
+                metrics.underruns.inc()
+        self._last_chunk = now
+        self.audio_s += len(msg.pcm) / 2 / self.rate
+
+    async def rest(self) -> AsyncIterator[AudioChunkMsg]:
+        """The chunks after the first; ends early, with ``failure`` set, if the worker fails
+        mid-stream, the stream is aborted, or the worker sends nothing for the stream for the
+        worker silence timeout (it would be killed by then if the whole worker were silent;
+        this catches a stream lost inside a live worker)."""
+        assert self.box is not None
+        timeout = self.state.settings.worker_silence_timeout_s
+        while True:
+            try:
+                msg = await asyncio.wait_for(self.box.get(), timeout)
+            except asyncio.TimeoutError:
+                msg = StreamError.of(self.job.uid, WorkerStalled("the stream stalled"))
+            if isinstance(msg, AudioChunkMsg):
+                yield msg
+                continue
+            if isinstance(msg, StreamError):
+                self.failure = self.failure or msg
+                self.finish(msg.type, cancel=True)
+                if not self.buffered:
+                    self.request.state.cut = True  # see StreamAbort
+            else:
+                self.compute_s = msg.compute_s
+                self.finish("ok")
+            return
+
+    def abort(self, error: TTSError) -> None:
+        """End the request now as a failure with ``error``: recorded at once, cancelled in its
+        worker; whoever waits on its mailbox wakes to the error and ends the response."""
+        if self._finished:
+            return
+        failure = StreamError.of(self.job.uid, error)
+        if self.first_audio_s is not None:
+            self.failure = failure
+        self.finish(error.type, cancel=True, code=error.status)
+        if self.box is not None:
+            self.box.put_nowait(failure)
+
+    def release_encoder(self) -> None:
+        """Count the encoder's time and free it (off the loop) if the response did not end it."""
+        encoder, self.encoder = self.encoder, None
+        if encoder is None:
+            return
+        self.state.metrics.encode_seconds.labels(encoder.format.name).inc(encoder.seconds)
+        if not encoder.closed:
+            _close_later(encoder)
+
+    def finish(self, status: str, cancel: bool = False, code: int | None = None) -> None:
+        """Release everything this request holds; only the first call counts.
+
+        The recorded code is what the client experienced: 200 only for a stream that ended
+        whole; a stream cut after its 200 status line counts as its failure's status (and in
+        ``ttsvc_aborted_streams``), a client that left as 499.
+        """
+        if self._finished:
+            return
+        self._finished = True
+        self.state.exchanges.discard(self)
+        if cancel:
+            self.pool.cancel(self.wid, self.job.uid)
+        self.pool.forget(self.job.uid)
+        self.state.inflight -= 1
+        if self.state.inflight == 0:
+            self.state.idle.set()
+        latency = time.perf_counter() - self.started
+        metrics = self.state.metrics
+        if status == "ok":
+            metrics.latency.observe(latency)
+            metrics.characters.inc(len(self.job.text))
+            if self.compute_s is not None and self.audio_s > 0:
+                metrics.rtf.observe(self.compute_s / self.audio_s)
+        if status == "cancelled":
+            metrics.cancellations.inc()
+        if self.failure is not None and not self.buffered:
+            metrics.aborted_streams.labels(status).inc()
+        metrics.audio_seconds.inc(self.audio_s)
+        if self.ticket is not None:
+            self.state.limiter.settle(self.ticket, self.audio_s)
+        rtf = None
+        if self.compute_s is not None and self.audio_s > 0:
+            rtf = round(self.compute_s / self.audio_s, 4)
+        fields: dict[str, object] = {
+            "uid": self.job.uid,
+            "voice": self.job.voice,
+            "worker": self.wid,
+            "qsize": self.qsize,
+            "text_len": len(self.job.text),
+            "ttfa_ms": None if self.first_audio_s is None else round(1000 * self.first_audio_s, 1),
+            "latency": round(1000 * latency, 1),
+            "audio_s": round(self.audio_s, 3),
+            "rtf": rtf,
+            "engine_version": self.engine_version,
+            "status": status,
+            **log_labels(self.request),
+        }
+        if status != "ok":
+            fields["error_type"] = status
+        if code is None and self.failure is not None:
+            code = self.failure.status
+        if code is None:
+            code = 200 if status == "ok" else _STATUS_OF.get(status, 503)
+        self.state.complete(fields, code)
+        self.request.state.recorded = True
+
+
+async def _client_gone(request: Request) -> None:
+    """Return once the client has closed its connection.
+
+    The body was read before the handler ran, so the next ASGI message is the disconnect; the
+    server delivers it as soon as the socket closes. A receive that fails means the same.
+    """
+    with contextlib.suppress(Exception):
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+
+_STATUS_OF = {QueueTimeout.type: QueueTimeout.status,
+              ClientClosedRequest.type: ClientClosedRequest.status}  # fmt: skip
+"""HTTP code recorded for exchanges that end without audio or a worker's error
+(499: client closed request)."""
+
+
+class WorkerReportedError(TTSError):
+    """A worker's ``StreamError`` before any byte was sent, answered with its own status/type."""
+
+    def __init__(self, msg: StreamError) -> None:
+        super().__init__(msg.message, field=msg.field)
+        self.status = msg.status
+        self.type = msg.type
+
+
+async def start_exchange(
+    state: GatewayState,
+    order: SpeechOrder,
+    request: HTTPConnection,
+    gone: Callable[[], Awaitable[object]] | None = None,
+) -> tuple[SynthesisExchange, AudioChunkMsg]:
+    """Admit ``order`` (drain, text cap, key quota, slots), dispatch it to a worker and wait for
+    its first audio, which is already accounted (``received``); refusals raise their error.
+
+    Every API's synthesis goes through here. The caller owns the exchange from then on: it must
+    end in ``finish`` and ``release_encoder`` (its encoder is made for ``order.format``).
+    ``gone`` returns once the client has left (an HTTP request's disconnect by default).
+    """
+    settings = state.settings
+    if state.draining:
+        raise Draining("the server is shutting down")
+    if len(order.text) > settings.max_text_chars:
+        field = "input" if order.api == "openai" else "text"
+        raise TextTooLong(f"{field} is over {settings.max_text_chars} characters", field=field)
+    pool = state.pool
+    if pool is None:
+        raise EngineError("no verified engine to serve yet: GET /voices says why")
+    request.state.text_len = len(order.text)
+    rate = order.sample_rate or state.native_rate(order.voice)
+    if (why := order.format.rate_error(rate)) is not None:  # e.g. opus at a voice's own rate
+        raise InvalidParameter(why, field="sample_rate")
+    key = getattr(request.state, "key", None)
+    ticket = None
+    if key is not None and state.keys is not None:
+        # before the shared slots: a key over its quota or its share of the slots never takes
+        # one from another key
+        ticket = state.limiter.admit(key.name, key.quota, len(order.text), order.speed,
+                                     len(state.keys.keys))  # fmt: skip
+    encoder: Encoder | None = None
+    try:
+        if state.inflight >= state.limiter.slots:
+            raise Busy("all stream slots are busy, retry shortly")
+        encoder = Encoder(order.format, rate, streamed=order.stream)
+        wid, qsize = pool.pick(order.voice)  # NoWorkerAvailable: a 503 from the error table
+    except Exception:
+        if ticket is not None:
+            state.limiter.refund(ticket)  # the service's refusal, not the key's
+        if encoder is not None:
+            _close_later(encoder)
+        raise
+    # ids are always ours: a client reusing an id must not reach another request's stream
+    uid = uuid.uuid4().hex
+    client_id = request.headers.get("x-request-id")
+    if client_id:
+        log.info("request_id", uid=uid, client_request_id=client_id[:128])
+    # the rate the encoder was made for, always: a worker still on another version of the voice
+    # (a swap rolling out) resamples to it instead of sending audio at another rate
+    job = SynthesisJob(uid, order.text, order.speed, order.noise_scale, order.noise_w,
+                       order.sentence_silence, rate, settings.max_audio_s,
+                       None if key is None else key.name, order.voice,
+                       order.speaker, order.timestamps)  # fmt: skip
+    exchange = SynthesisExchange(state, request, pool, wid, job, qsize, gone)
+    exchange.buffered = not order.stream
+    exchange.ticket = ticket
+    exchange.encoder = encoder
+    state.metrics.format_requests.labels(order.format.name, order.api).inc()
+    try:
+        first = await exchange.first(settings.queue_timeout_s)
+    except BaseException:
+        exchange.release_encoder()
+        raise
+    pool.observe(wid, first.compute_s * 1000.0)  # worker-side time: see balancer_sim
+    exchange.rate = rate
+    exchange.received(first)
+    return exchange, first
+
+
+def _close_later(encoder: Encoder) -> None:
+    """Release an encoder off the loop (closing may flush a codec, or wait for a chunk being
+    encoded); nothing waits for it."""
+
+    def close() -> None:
+        with contextlib.suppress(Exception):
+            encoder.close()
+
+    asyncio.get_running_loop().run_in_executor(None, close)

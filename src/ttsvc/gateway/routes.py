@@ -1,0 +1,257 @@
+"""The HTTP routes: the page, health, voices, the synthesis APIs and OpenAI's models.
+
+Each route only checks and resolves its request (key, voice, format, speaker) into a
+``SpeechOrder`` and hands it to the shared synthesis path (``ttsvc.gateway.encoding``); the
+WebSocket and the timestamped route add themselves from their own modules. ``add_routes`` adds
+them all to the app in the order they match, behind the API key where one is required.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from fastapi import Depends, FastAPI, Request, params
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from ttsvc.audio.encode import FORMATS
+from ttsvc.backends.base import EngineSource
+from ttsvc.errors import FormatUnavailable, InvalidParameter, UnknownModel
+from ttsvc.gateway.captions import add_timestamps_route
+from ttsvc.gateway.encoding import synthesis_response
+from ttsvc.gateway.hotswap import EngineSwapper
+from ttsvc.gateway.models import (
+    SpeakerLookup,
+    SpeechOrder,
+    SynthesizeRequest,
+    output_rate,
+    streamed,
+)
+from ttsvc.gateway.openai_compat import (
+    OPENAI_MODELS,
+    OPENAI_RATE,
+    OPENAI_VOICES,
+    SpeechRequest,
+    model_card,
+)
+from ttsvc.gateway.sse import SpeechEventBody
+from ttsvc.gateway.state import GatewayState
+from ttsvc.gateway.stream_ws import install as install_stream
+from ttsvc.protocol import EngineSpec
+from ttsvc.repository.watcher import Rejection
+from ttsvc.voice import VOICE_FILE, VoiceConfig, describe, speaker_id
+
+STATIC = Path(__file__).with_name("static")
+"""The try-it page's files (package data): served by the service itself, no CDN."""
+PAGE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "media-src 'self' blob:; img-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+
+"""The page talks to its own origin only; its audio element plays blobs the page made."""
+
+
+def add_routes(app: FastAPI, state: GatewayState) -> None:
+    """Add every route to ``app``: all but the page, its files, /live and /health take the key
+    (where keys are on); the documentation routes only with ``api_docs`` on."""
+
+    async def authenticate(request: Request) -> None:
+        """Every route but /health and /live: the key's name is kept for logs, never the key."""
+        if state.keys is not None:
+            key = state.keys.authenticate(request.headers.get("authorization"))
+            request.state.key = key
+            request.state.key_name = key.name
+
+    guarded = [Depends(authenticate)]
+
+    if state.settings.api_docs:
+        _add_docs(app, guarded)
+    _add_public(app, state)
+    speaker = _add_voices(app, state, guarded)
+    _add_speech(app, state, guarded, speaker)
+
+
+def _add_docs(app: FastAPI, guarded: list[params.Depends]) -> None:
+    """FastAPI's own documentation routes take no dependencies: these are the same pages
+    behind the key (a browser cannot send one, so with keys on they serve curl and tools)."""
+
+    @app.get("/openapi.json", dependencies=guarded, include_in_schema=False)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", dependencies=guarded, include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="ttsvc")
+
+    @app.get("/redoc", dependencies=guarded, include_in_schema=False)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="/openapi.json", title="ttsvc")
+
+
+def _add_public(app: FastAPI, state: GatewayState) -> None:
+    """The routes without a key: the try-it page and its files, liveness and readiness."""
+
+    # the page is static and holds no secret: public even with keys on (it asks for the key and
+    # sends it with its own requests)
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8",
+                            headers={"Content-Security-Policy": PAGE_POLICY,
+                                     "X-Content-Type-Options": "nosniff"})  # fmt: skip
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/live")
+    async def live() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        pool, balancer = state.pool, state.balancer
+        if state.draining:
+            return JSONResponse({"status": "draining", "score": 0.0}, status_code=503)
+        if state.catalog is not None and not state.catalog.serving():
+            # nothing verified to serve: GET /voices says which versions were refused and why
+            return JSONResponse({"status": "no_verified_engine", "score": 0.0}, status_code=503)
+        if pool is None or balancer is None or not balancer.live_workers():
+            return JSONResponse({"status": "no_ready_worker", "score": 0.0}, status_code=503)
+        return JSONResponse(
+            {"status": "ok", "score": round(balancer.pool_score(), 2), "inflight": state.inflight}
+        )
+
+
+def _add_voices(app: FastAPI, state: GatewayState, guarded: list[params.Depends]) -> SpeakerLookup:
+    """``GET /voices``; returns the speaker lookup the synthesis routes check requests with (it
+    reads the same voice configs)."""
+    settings = state.settings
+    configs: dict[tuple[str, str], dict[str, object]] = {}
+    """Each served engine version's Piper config, by voice and label (read once, off the event
+    loop)."""
+
+    async def config(spec: EngineSpec) -> dict[str, object]:
+        key = spec.voice, spec.label
+        if key not in configs:
+            raw = await asyncio.to_thread(EngineSource.from_spec(spec).read, VOICE_FILE)
+            configs[key] = json.loads(raw.decode("utf-8"))
+        return configs[key]
+
+    async def details(spec: EngineSpec | None) -> dict[str, object]:
+        return {} if spec is None else describe(await config(spec))
+
+    async def speaker(voice: str, value: int | str | None) -> int | None:
+        """The id of the speaker a request names, checked against its voice's config: a 422 on
+        ``speaker`` naming the voice's speakers, before any worker is asked."""
+        swapper = state.catalog.get(voice) if state.catalog is not None else None
+        if value is None or swapper is None or swapper.current is None:
+            return None
+        try:
+            return speaker_id(VoiceConfig.from_piper(await config(swapper.current), voice), value)
+        except ValueError as exc:
+            raise InvalidParameter(str(exc), field="speaker") from exc
+
+    def voice_entry(name: str, swapper: EngineSwapper, details: dict[str, object],
+                    aliases: list[str]) -> dict[str, object]:  # fmt: skip
+        serving, loaded_on = state.pool.serving(name) if state.pool else ([], [])
+        current = swapper.current
+
+        def listed(found: dict[int, Rejection]) -> list[dict[str, object]]:
+            return [r.public() for _, r in sorted(found.items(), reverse=True)]
+
+        engines = {
+            "current": current.label if current else None,
+            "reloads": dict(swapper.reloads),
+            "last_error": swapper.last_error,
+            # versions present that may not serve, newest first: version, file name, reason
+            "rejected": listed(swapper.rejected),
+            # versions with a file still changing (a copy in progress), judged once it settles
+            "pending": listed(swapper.pending),
+        }
+        return {"name": name, **details, "default": name == state.voice, "aliases": aliases,
+                "state": "serving" if current and serving else "loading" if current
+                else "verifying" if swapper.deferred else "no_engine",
+                "engine_versions": serving,
+                # workers holding it loaded now; the others load it when a request needs it
+                "loaded_on": loaded_on,
+                "engines": engines}  # fmt: skip
+
+    @app.get("/voices", dependencies=guarded)
+    async def voices() -> dict[str, object]:
+        catalog = state.catalog
+        if catalog is None:
+            return {"voices": []}
+        names = sorted(catalog.swappers, key=lambda n: (n != state.voice, n))
+        aliases: dict[str, list[str]] = {}
+        for alias, target in {**{a: state.voice for a in OPENAI_VOICES},
+                              **settings.voice_aliases}.items():  # fmt: skip
+            aliases.setdefault(target, []).append(alias)
+        entries = []
+        for name in names:
+            swapper = catalog.swappers[name]
+            if name != state.voice and not (swapper.present or swapper.current):
+                continue  # no version at all yet (a compile in progress, lost+found)
+            entries.append(voice_entry(name, swapper, await details(swapper.current),
+                                       sorted(aliases.get(name, []))))  # fmt: skip
+        return {"voices": entries}
+
+    return speaker
+
+
+def _add_speech(
+    app: FastAPI, state: GatewayState, guarded: list[params.Depends], speaker: SpeakerLookup
+) -> None:
+    """The synthesis APIs, in this order: ``/synthesize``, OpenAI's speech, the WebSocket, the
+    timestamped route and OpenAI's models."""
+
+    @app.post("/synthesize", dependencies=guarded)
+    async def synthesize(body: SynthesizeRequest, request: Request) -> Response:
+        request.state.format = body.format
+        voice = state.resolve_voice(body.voice)
+        fmt = FORMATS[body.format]
+        order = SpeechOrder(body.text, body.speed, body.noise_scale, body.noise_w,
+                            body.sentence_silence, output_rate(fmt, body.sample_rate), fmt,
+                            streamed(fmt, body.stream), "synthesize", voice,
+                            await speaker(voice, body.speaker))  # fmt: skip
+        return await synthesis_response(state, order, request)
+
+    @app.post("/v1/audio/speech", dependencies=guarded)
+    async def speech(body: SpeechRequest, request: Request) -> Response:
+        request.state.format = body.response_format
+        request.state.stream_format = body.stream_format
+        if body.model not in OPENAI_MODELS:
+            raise UnknownModel(f"unknown model {body.model!r}: GET /v1/models lists them",
+                               field="model")  # fmt: skip
+        voice = state.resolve_voice(body.voice if isinstance(body.voice, str) else body.voice.id)
+        if body.response_format == "aac":
+            raise FormatUnavailable("aac is not available (no AAC encoder here): use mp3, opus, "
+                                    "flac, wav or pcm", field="response_format")  # fmt: skip
+        fmt = FORMATS[body.response_format]
+        if body.timestamps:
+            if body.stream_format != "sse":
+                raise InvalidParameter("timestamps travel in speech events: set stream_format "
+                                       '"sse" (or use /synthesize/with-timestamps)',
+                                       field="timestamps")  # fmt: skip
+            state.require_durations(voice)
+        order = SpeechOrder(body.input, body.speed, None, None, 0.2, OPENAI_RATE, fmt,
+                            streamed(fmt, body.stream), "openai", voice,
+                            timestamps=body.timestamps)  # fmt: skip
+        if body.stream_format == "sse":
+            events = SpeechEventBody(len(body.input), state.frames_per_s(voice), body.timestamps)
+            return await synthesis_response(state, order, request, events)
+        return await synthesis_response(state, order, request)
+
+    install_stream(app, state, speaker)
+    add_timestamps_route(app, state, guarded, speaker)
+
+    @app.get("/v1/models", dependencies=guarded)
+    async def models() -> dict[str, object]:
+        return {"object": "list", "data": [model_card(m) for m in OPENAI_MODELS]}
+
+    @app.get("/v1/models/{model_id}", dependencies=guarded)
+    async def model(model_id: str) -> dict[str, object]:
+        if model_id not in OPENAI_MODELS:
+            raise UnknownModel(f"unknown model {model_id!r}", field="model")
+        return model_card(model_id)

@@ -1,0 +1,290 @@
+"""One connection to the Wyoming server (``wyoming``): its events read as they come, and what
+they ask for spoken in order through the HTTP path.
+
+It exists apart from the server (``wyoming``: listener, voice catalog, requests) so one
+connection's life can be read on its own.
+
+Events: ``describe`` → ``info`` (every served voice, ``supports_synthesize_streaming``);
+``synthesize`` → ``audio-start``, ``audio-chunk``s, ``audio-stop``; a text stream
+(``synthesize-start``, ``synthesize-chunk``s, ``synthesize-stop``) speaks each sentence as soon
+as it is complete (``ttsvc.text.incremental``) and ends with ``audio-stop`` and
+``synthesize-stopped``. Home Assistant also sends the whole text as a ``synthesize`` inside its
+streams (for servers that do not stream): a connection that streams ignores it, or every reply
+would be spoken twice. A failure is an ``error`` event (``code`` is the HTTP error's ``type``),
+after which the server closes the connection: Home Assistant does not read ``error`` and waits
+for audio or the end of the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Message
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.info import Describe
+from wyoming.server import AsyncEventHandler
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+    SynthesizeVoice,
+)
+
+from ttsvc.audio.encode import FORMATS
+from ttsvc.errors import NothingToSay, TTSError
+from ttsvc.gateway.encoding import ExchangeStreamingResponse, synthesis_response
+from ttsvc.gateway.exchange import WorkerReportedError
+from ttsvc.gateway.models import SpeechOrder
+from ttsvc.gateway.responses import error_response
+from ttsvc.observability.logs import get_logger
+from ttsvc.text.incremental import SentenceBuffer
+
+if TYPE_CHECKING:
+    from ttsvc.gateway.wyoming import Voice, WyomingServer
+
+log = get_logger("wyoming")
+
+SAMPLES_PER_CHUNK = 1024
+"""Samples per ``audio-chunk`` event, as wyoming-piper sends them: a worker's later windows
+hold seconds of audio, and satellites play small chunks more smoothly."""
+SENTENCE_SILENCE_S = 0.2
+"""Silence between sentences, as ``/synthesize`` puts between the sentences of one text (in a
+text stream each sentence is a request of its own)."""
+WIDTH, CHANNELS = 2, 1  # 16-bit mono PCM, what every voice speaks
+
+
+class ConnectionGone(Exception):
+    """The Wyoming client closed its connection while its audio was being sent."""
+
+
+@dataclass(frozen=True)
+class _Once:
+    """A ``synthesize`` outside a text stream: one request, its own audio-start and -stop."""
+
+    text: str
+    voice: SynthesizeVoice | None
+
+
+@dataclass(frozen=True)
+class _Start:
+    voice: SynthesizeVoice | None
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    text: str
+
+
+@dataclass(frozen=True)
+class _Stop:
+    pass
+
+
+_Work = _Once | _Start | _Sentence | _Stop
+
+
+def _text(value: object) -> str:
+    """An event's ``text``, which must be a string (anything else is a malformed event)."""
+    if not isinstance(value, str):
+        raise TypeError("text must be a string")
+    return value
+
+
+def _voice(value: SynthesizeVoice | None) -> SynthesizeVoice | None:
+    """An event's ``voice``, checked: the package takes its fields as they come in the JSON."""
+    if value is not None and not all(isinstance(v, str | int | None) for v in vars(value).values()):
+        raise TypeError("voice fields must be strings")
+    return value
+
+
+class WyomingHandler(AsyncEventHandler):
+    """One Wyoming connection, on the gateway's event loop.
+
+    Events are read as they come while a speaker task works through what they asked for, in
+    order: the text of a stream keeps arriving while its first sentence is spoken, and a client
+    that leaves is noticed (its request is cancelled in the worker) even mid-sentence.
+    """
+
+    def __init__(self, server: WyomingServer, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:  # fmt: skip
+        super().__init__(reader, writer)
+        self.server = server
+        self.streamed = False
+        """The client has used a text stream: a full-text ``synthesize`` is only its copy."""
+        self.buffer: SentenceBuffer | None = None
+        """The open text stream's sentences (``None``: no stream open)."""
+        self.work: asyncio.Queue[_Work] = asyncio.Queue()
+        self.gone = asyncio.Event()
+        self.speaker = asyncio.ensure_future(self._speak())
+        # the stream being answered: its voice, whether audio-start went out, audio sent so far
+        self.voice: Voice | None = None
+        self.started = False
+        self.sent_s = 0.0
+
+    async def handle_event(self, event: Event) -> bool:
+        if self.speaker.done():  # it failed and said so: nothing more on this connection
+            return False
+        try:
+            await self._take(event)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            await self._fail("invalid_parameter", f"malformed {event.type!r} event: "
+                             f"{json.dumps(event.data, default=str)[:200]}")  # fmt: skip
+            return False
+        return True
+
+    async def _take(self, event: Event) -> None:
+        """Answer ``describe`` at once; queue what the other events ask for, in order."""
+        if Describe.is_type(event.type):
+            await self.write_event((await self.server.info()).event())
+        elif Synthesize.is_type(event.type):
+            if not self.streamed:
+                synthesize = Synthesize.from_event(event)
+                self.work.put_nowait(_Once(_text(synthesize.text), _voice(synthesize.voice)))
+        elif SynthesizeStart.is_type(event.type):
+            if self.buffer is not None:  # a new stream ends the one left open
+                self._stop_stream()
+            self.streamed = True
+            self.buffer = SentenceBuffer(self.server.state.settings.max_sentence_chars)
+            self.work.put_nowait(_Start(_voice(SynthesizeStart.from_event(event).voice)))
+        elif SynthesizeChunk.is_type(event.type):
+            if self.buffer is not None:
+                for sentence in self.buffer.append(_text(SynthesizeChunk.from_event(event).text)):
+                    self.work.put_nowait(_Sentence(sentence))
+        elif SynthesizeStop.is_type(event.type) and self.buffer is not None:
+            self._stop_stream()
+
+    def _stop_stream(self) -> None:
+        assert self.buffer is not None
+        for sentence in self.buffer.flush():
+            self.work.put_nowait(_Sentence(sentence))
+        self.work.put_nowait(_Stop())
+        self.buffer = None
+
+    async def disconnect(self) -> None:
+        """The client closed the connection (or the server stops): whatever it asked for that is
+        still running is cancelled, in its worker too."""
+        self.server.handlers.discard(self)
+        self.gone.set()
+        self.speaker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.speaker
+
+    async def _speak(self) -> None:
+        try:
+            while True:
+                await self._do(await self.work.get())
+        except ConnectionGone:
+            pass
+        except TTSError as exc:
+            await self._fail(exc.type, exc.message)
+        except Exception:
+            log.exception("wyoming_internal_error")
+            await self._fail("internal_error", "internal error")
+
+    async def _fail(self, code: str, text: str) -> None:
+        """Tell the client why, then end the connection (see the module docstring)."""
+        with contextlib.suppress(OSError, RuntimeError):
+            await self.write_event(Error(text=text, code=code).event())
+        await self.stop()
+
+    async def _do(self, work: _Work) -> None:
+        if isinstance(work, _Once | _Start):  # a new reply: its voice, no audio yet
+            try:
+                self.voice = await self.server.resolve(work.voice)
+            except TTSError as exc:
+                self._refused(self.server.request(self._receive), exc)
+                raise
+            self.started, self.sent_s = False, 0.0
+        if isinstance(work, _Once):
+            await self._synthesize(work.text)
+            await self._end_audio()
+        elif isinstance(work, _Start):
+            pass
+        elif isinstance(work, _Sentence):
+            try:
+                await self._synthesize(work.text)
+            except NothingToSay:
+                pass  # a piece of a reply with nothing to say ("...", an emoji) is not an error
+            except WorkerReportedError as exc:
+                if exc.type != NothingToSay.type:
+                    raise
+        else:
+            await self._end_audio()
+            await self._write(SynthesizeStopped().event())
+
+    async def _receive(self) -> Message:
+        """The request's ASGI receive: its body was read; next comes the client leaving."""
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    def _refused(self, request: Request, exc: TTSError) -> None:
+        """Record a request refused before any audio, as HTTP's exception handler does (once:
+        an exchange that failed recorded itself)."""
+        error_response(self.server.state, request, exc.to_body(), exc.status)
+
+    async def _end_audio(self) -> None:
+        if not self.started:  # nothing was said: the client still learns the format
+            await self._audio_start()
+        await self._write(AudioStop(timestamp=round(1000 * self.sent_s)).event())
+
+    async def _audio_start(self) -> None:
+        assert self.voice is not None
+        rate = self.server.state.native_rate(self.voice.name)
+        await self._write(AudioStart(rate=rate, width=WIDTH, channels=CHANNELS).event())
+        self.started = True
+
+    async def _write(self, event: Event) -> None:
+        try:
+            await self.write_event(event)
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a transport already closed
+            raise ConnectionGone from exc
+
+    async def _synthesize(self, text: str) -> None:
+        """One request through the HTTP path, its PCM sent as audio-chunk events as it comes."""
+        assert self.voice is not None
+        state = self.server.state
+        order = SpeechOrder(text, 1.0, None, None, SENTENCE_SILENCE_S, None, FORMATS["pcm"],
+                            True, "wyoming", self.voice.name, self.voice.speaker)  # fmt: skip
+        rate = state.native_rate(self.voice.name)
+        first = True
+
+        async def send(message: Message) -> None:
+            nonlocal first
+            if message["type"] != "http.response.body" or not message.get("body"):
+                return
+            pcm: bytes = message["body"]
+            if first:
+                first = False
+                if not self.started:
+                    await self._audio_start()
+                elif self.sent_s > 0:  # the pause between this sentence and the one before
+                    pcm = bytes(WIDTH * round(SENTENCE_SILENCE_S * rate)) + pcm
+            step = WIDTH * SAMPLES_PER_CHUNK
+            for at in range(0, len(pcm), step):
+                piece = pcm[at : at + step]
+                chunk = AudioChunk(rate=rate, width=WIDTH, channels=CHANNELS, audio=piece,
+                                   timestamp=round(1000 * self.sent_s))  # fmt: skip
+                await self._write(chunk.event())
+                self.sent_s += len(piece) / WIDTH / rate
+
+        request = self.server.request(self._receive)
+        try:
+            response = await synthesis_response(state, order, request)
+        except TTSError as exc:
+            self._refused(request, exc)
+            raise
+        try:
+            await response(request.scope, self._receive, send)
+        except ClientDisconnect as exc:
+            raise ConnectionGone from exc
+        if isinstance(response, ExchangeStreamingResponse) and response.exchange.failure:
+            raise WorkerReportedError(response.exchange.failure)

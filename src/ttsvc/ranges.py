@@ -1,0 +1,23 @@
+"""The ranges of what a request may ask of a voice, declared once.
+
+Every API's request body (``gateway/models.py``, ``gateway/openai_compat.py``) and the
+synthesizer's own parameters (``synthesis/params.py``, built in the worker) validate the same
+fields; with one declaration an API cannot accept a value the worker then refuses, and a range
+changes in one place. Pydantic only (no numpy, no engines): the gateway imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+Speed = Annotated[float, Field(ge=0.25, le=4.0)]
+"""Speaking rate: 2.0 is twice as fast (divides the voice's length scale)."""
+Noise = Annotated[float, Field(ge=0.0, le=2.0)]
+"""Latent noise (``noise_scale``) or duration noise (``noise_w``); 0 is deterministic."""
+Silence = Annotated[float, Field(ge=0.0, le=5.0)]
+"""Seconds of silence after each sentence but the last."""
+
+SPEED = 1.0
+SENTENCE_SILENCE = 0.2

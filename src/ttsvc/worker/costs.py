@@ -1,0 +1,134 @@
+"""The deadline scheduler's cost model: what a step costs, and how much audio a process computes.
+
+Why a module of its own: the scheduler (``worker.deadline``) orders steps, bounds them and admits
+streams, and each of those decisions rests on estimates — what a stream's pending engine call
+costs, what its next chunk costs, how much slower steps run now than when measured alone, how
+many audio seconds per second the process computes (``Capacity``), and whether a layout of the
+other streams' steps on the other threads would start one of them late (``first_late``). Those
+estimates are plain arithmetic over the per-frame and per-phoneme costs the synthesizer measured
+at start (``measure`` streams the canary for the first figures), with no lock, thread or clock
+of their own, so they are tested on their own and the scheduler reads as policy.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+
+from ttsvc.synthesis import CANARY_TEXT, SynthesisParams, Synthesizer
+from ttsvc.worker.compute import _Stream
+
+LAYOUT_STEP_S = 0.03
+"""The least audio ``first_late`` counts a laid-out step as buying its stream, so a layout of
+streams whose steps buy almost nothing still ends."""
+CAPACITY_MEMORY = 200
+"""Steps over which the measured capacity averages (exponentially): a few seconds of work."""
+SLOWDOWN_RANGE = (0.5, 4.0)
+"""One step's wall time over its estimate counts within these bounds (a step stopped by the
+kernel for a second must not make every estimate absurd)."""
+
+
+class Capacity:
+    """Audio seconds per second one process computes with all its threads, from step costs.
+
+    Measured from wall time per step rather than CPU time, so a core shared with the gateway or
+    another tenant shows as less capacity, which is what admission needs to know.
+    """
+
+    def __init__(self, threads: int, per_thread: float) -> None:
+        self.threads = threads
+        self._audio = per_thread
+        self._compute = 1.0
+
+    def record(self, audio_s: float, compute_s: float) -> None:
+        """One step's audio (0 for an acoustic or flow step) and its wall time."""
+        keep = 1.0 - 1.0 / CAPACITY_MEMORY
+        self._audio = keep * self._audio + audio_s
+        self._compute = keep * self._compute + compute_s
+
+    @property
+    def value(self) -> float:
+        """Audio seconds per second with every thread busy."""
+        return self.threads * self._audio / max(self._compute, 1e-9)
+
+
+def chunk_cost(stream: _Stream, first_chunk_s: float) -> float:
+    """Seconds from the stream's pending call to its next chunk, from the costs measured at
+    start, alone on a core (``first_chunk_s``: a stream not started)."""
+    synth, call = stream.synth, stream.pending
+    first = synth.schedule.first
+    vctx, fctx = synth.vocoder_context, synth.flow_context
+    window = (first + vctx.left + vctx.right) * synth.vocoder_cost_s
+    flow = 0.0 if fctx is None else (first + vctx.right + fctx.right) * synth.flow_cost_s
+    if call is None:  # not started: front end, acoustic run, then the first window
+        return first_chunk_s
+    if call.stage == "acoustic":
+        return int(call.inputs.shape[1]) * synth.acoustic_cost_s + flow + window
+    frames = int(call.inputs.shape[2])
+    if call.stage == "flow":
+        return frames * synth.flow_cost_s + window
+    return frames * synth.vocoder_cost_s
+
+
+def call_cost(stream: _Stream, first_chunk_s: float) -> float:
+    """The pending call's cost from the costs measured at start, alone on a core
+    (``first_chunk_s``: a stream not started)."""
+    synth, call = stream.synth, stream.pending
+    if call is None:
+        return first_chunk_s
+    if call.stage == "acoustic":
+        return int(call.inputs.shape[1]) * synth.acoustic_cost_s
+    cost = synth.flow_cost_s if call.stage == "flow" else synth.vocoder_cost_s
+    return int(call.inputs.shape[2]) * cost
+
+
+def slowdown_after(slowdown: float, elapsed: float, estimate: float) -> float:
+    """``slowdown`` updated with one engine call that took ``elapsed`` against its ``estimate``
+    (exponential over ``CAPACITY_MEMORY``, the ratio bounded by ``SLOWDOWN_RANGE``)."""
+    keep = 1.0 - 1.0 / CAPACITY_MEMORY
+    ratio = min(max(elapsed / estimate, SLOWDOWN_RANGE[0]), SLOWDOWN_RANGE[1])
+    return keep * slowdown + (1.0 - keep) * ratio
+
+
+def first_late(tasks: list[tuple[float, float, float]], free: list[float],
+               horizon: float) -> float | None:  # fmt: skip
+    """When the first of ``tasks`` would start late on threads that free at ``free``, or None.
+
+    A task is ``(start_by, cost, rate)``: a stream whose next step must start by ``start_by``
+    and costs ``cost`` compute seconds; its chunk then buys the stream ``cost * rate`` seconds
+    of audio, so its following step is due that much later (and costs the same). Tasks go in
+    order of ``start_by`` to the thread that frees first, until ``horizon``; with no thread at
+    all, the first ``start_by``.
+    """
+    queue = list(tasks)
+    heapq.heapify(queue)
+    threads = sorted(free)
+    while queue:
+        start_by, cost, rate = heapq.heappop(queue)
+        if start_by >= horizon:
+            return None
+        if not threads:
+            return start_by
+        begin = heapq.heappop(threads)
+        if begin > start_by:
+            return start_by
+        heapq.heappush(threads, begin + cost)
+        if rate > 0:  # each step buys at least a floor's worth, so the layout ends
+            heapq.heappush(queue, (start_by + max(cost * rate, LAYOUT_STEP_S), cost, rate))
+    return None
+
+
+def measure(synth: Synthesizer) -> tuple[float, float, float]:
+    """Stream the canary as a stream would: audio seconds one thread computes per second (the
+    start of ``Capacity`` before real steps refine it), seconds to its first chunk, and audio
+    seconds per character of text (the start of ``audio_per_char``)."""
+    params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
+    started = time.perf_counter()
+    first = 0.0
+    samples = 0
+    for chunk in synth.stream(CANARY_TEXT, params):
+        first = first or time.perf_counter() - started
+        samples += len(chunk.samples)
+    audio = samples / synth.sample_rate
+    rate = audio / max(time.perf_counter() - started, 1e-9)
+    return rate, first, audio / len(CANARY_TEXT)
