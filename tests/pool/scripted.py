@@ -36,7 +36,7 @@ class Pool:
         child.close()
         process = mp.get_context("spawn").Process(target=print)  # never started
         handle = WorkerHandle(wid, process, parent)
-        self.pool.workers[wid] = handle
+        self.pool._adopt(handle)
         return handle
 
     def value(self, name: str, worker: int | None = None) -> float | None:

@@ -7,8 +7,17 @@ are checked end to end in tests/observability/test_scripted_run.py.
 
 from __future__ import annotations
 
-from tests.pool.scripted import LABEL, Pool
-from ttsvc.protocol import Heartbeat, StreamDone, SynthesisJob, WorkerReady
+import asyncio
+
+from tests.pool.scripted import LABEL, Pool, sent
+from ttsvc.protocol import (
+    EngineSpec,
+    EnginesSwapped,
+    Heartbeat,
+    StreamDone,
+    SynthesisJob,
+    WorkerReady,
+)
 
 CAPACITY = "ttsvc_worker_capacity_audio_seconds_per_second"
 DEMAND = "ttsvc_worker_demand_audio_seconds_per_second"
@@ -77,6 +86,7 @@ def test_a_worker_counts_as_settled_only_on_a_heartbeat_after_its_last_work(pool
     pool.loop.run_until_complete(pool.pool.submit(0, job))
     assert pool.value(SETTLED, 0) == 0  # work sent
     pool.pool._on_message(handle, Heartbeat(0, 0, settled=True))  # sent before the job arrived
+    assert pool.value(SETTLED, 0) == 0  # the stream is still out on the worker
     pool.pool._on_message(handle, StreamDone("u1", 1, 0.5))
     assert pool.value(SETTLED, 0) == 0  # the stale report does not outlive the stream's end
     pool.pool._on_message(handle, Heartbeat(0, 0, settled=False))  # trimming is still due
@@ -85,6 +95,28 @@ def test_a_worker_counts_as_settled_only_on_a_heartbeat_after_its_last_work(pool
     assert pool.value(SETTLED, 0) == 1
     pool.pool._on_exit(handle)
     assert pool.value(SETTLED, 0) == 0
+
+
+def test_a_swap_unsettles_a_worker_until_a_heartbeat_after_its_answer(pool: Pool) -> None:
+    handle = pool.handle(0)
+    pool.pool._on_message(handle, WorkerReady(0, "voice", LABEL, 22050, voices=("voice",)))
+    pool.pool._on_message(handle, Heartbeat(0, 0, settled=True))
+    engine = EngineSpec("2", "voice", 1, "", {}, (), "{}", "")
+
+    async def scenario() -> None:
+        rollout = asyncio.ensure_future(pool.pool.rollout(engine, timeout=5))
+        await asyncio.sleep(0)  # the swap request goes out
+        assert pool.value(SETTLED, 0) == 0  # at once, not at the next report
+        (swap,) = sent(handle)
+        pool.pool._on_message(handle, Heartbeat(0, 0, settled=True))  # sent before the swap
+        assert pool.value(SETTLED, 0) == 0
+        pool.pool._on_message(handle, EnginesSwapped(0, "2", True, "", swap.seq))
+        await rollout
+        assert pool.value(SETTLED, 0) == 0  # the replaced set is not given back yet
+        pool.pool._on_message(handle, Heartbeat(0, 0, settled=True))
+        assert pool.value(SETTLED, 0) == 1
+
+    pool.loop.run_until_complete(scenario())
 
 
 def test_the_pool_picks_for_the_gateway_and_says_which_versions_serve_a_voice(pool: Pool) -> None:

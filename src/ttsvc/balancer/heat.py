@@ -2,9 +2,9 @@
 
 Pure policy, no IO: the module owns no sockets, processes, threads, tasks or timers, and reads time
 only through an injected clock, so it is exercised with a fake clock in unit tests and driven by a
-simulated clock in ``benchmarks/balancer_sim.py``. The gateway feeds it what it learns (worker
+simulated clock in ``benchmarks/balancer_sim.py``. The worker pool feeds it what it learns (worker
 registrations, heartbeats, queue reports, measured time-to-first-audio, stream completions) and
-asks it for a worker id; mapping :class:`NoWorkerAvailable` to HTTP 503 is the gateway's job.
+asks it for a worker id; ``NoWorkerAvailable`` is a 503 in the error table.
 """
 
 from __future__ import annotations

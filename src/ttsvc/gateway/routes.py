@@ -51,7 +51,6 @@ PAGE_POLICY = (
     "media-src 'self' blob:; img-src 'self'; base-uri 'none'; form-action 'none'; "
     "frame-ancestors 'none'"
 )
-
 """The page talks to its own origin only; its audio element plays blobs the page made."""
 
 

@@ -22,7 +22,15 @@ from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect
 
 from ttsvc.audio.encode import FORMATS
-from ttsvc.errors import Busy, InvalidParameter, KeyStreamsExceeded, TextTooLong, TTSError
+from ttsvc.errors import (
+    Busy,
+    Draining,
+    InvalidParameter,
+    KeyStreamsExceeded,
+    ShutDown,
+    TextTooLong,
+    TTSError,
+)
 from ttsvc.gateway.exchange import SynthesisExchange, WorkerReportedError, start_exchange
 from ttsvc.gateway.models import SpeechOrder, output_rate
 from ttsvc.gateway.responses import record_refusal
@@ -47,7 +55,7 @@ LOOKAHEAD = 2
 """Sentences of one session dispatched at once: the one streaming and the next, which the
 worker computes meanwhile so its first audio is ready when the one before ends."""
 API = "websocket"
-FATAL = {"draining": 1012, "shutdown": 1012}
+FATAL = {Draining.type: 1012, ShutDown.type: 1012}
 """Errors after which the session cannot go on, and the close code they end it with."""
 
 SpeakerOf = Callable[[str, int | str | None], Awaitable[int | None]]

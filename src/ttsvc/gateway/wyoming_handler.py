@@ -188,7 +188,7 @@ class WyomingHandler(AsyncEventHandler):
             await self._fail(exc.type, exc.message)
         except Exception:
             log.exception("wyoming_internal_error")
-            await self._fail("internal_error", "internal error")
+            await self._fail(TTSError.type, "internal error")
 
     async def _fail(self, code: str, text: str) -> None:
         """Tell the client why, then end the connection (see the module docstring)."""

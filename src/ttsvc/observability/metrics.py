@@ -8,6 +8,8 @@ is served on its own port (default 9091), never on the public API port.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (
@@ -138,15 +140,18 @@ class ServiceMetrics:
             self.voices_loaded.labels(w, voice).set(1)
         self._voice_labels[w] = set(voices)
 
-    def set_worker(self, worker: int, in_flight: int, queued: int, score: float | None,
-                   settled: bool = False) -> None:  # fmt: skip
+    def set_worker(self, worker: int, in_flight: int, queued: int, score: float | None) -> None:
         """Per-worker gauges, refreshed whenever the gateway's view of a worker changes."""
         w = str(worker)
-        self.worker_settled.labels(w).set(int(settled))
         self.streams_in_flight.labels(w).set(in_flight)
         self.streams_queued.labels(w).set(queued)
         if score is not None:
             self.worker_score.labels(w).set(score)
+
+    def watch_settled(self, worker: int, settled: Callable[[], bool]) -> None:
+        """Read ``worker``'s settled flag at every scrape: it changes on messages the pool sends
+        as well as on those it receives, and a value set on some of them would lag the others."""
+        self.worker_settled.labels(str(worker)).set_function(lambda: float(settled()))
 
     def set_capacity(self, worker: int, capacity: float, demand: float, waiting: int) -> None:
         """A worker's real-time capacity, its streams' demand and the streams it holds back;

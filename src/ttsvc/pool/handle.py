@@ -104,11 +104,13 @@ class WorkerHandle:
     voices: tuple[str, ...] = ()
     """Voices the worker holds loaded, as it last reported."""
     settled: bool = False
-    """The worker is idle at its resting size, as its last heartbeat said; False from the moment
-    anything is sent to it or it answers, until a heartbeat sent after that says so again."""
+    """The worker is idle at its resting size, as its last heartbeat said: False from the moment
+    anything is sent to it or it answers, and a heartbeat sets it only while the pool has no
+    stream or swap out on the worker (one sent before the worker received them may arrive
+    after they were sent)."""
 
     def send(self, msg: ToWorker) -> None:
-        """Queue ``msg`` for the worker's sender thread. Whatever it asks, the worker is not at
-        rest until a heartbeat sent after it says so."""
+        """Queue ``msg`` for the worker's sender thread; whatever it asks, the worker is no
+        longer known to be at rest."""
         self.settled = False
         self.outbox.put(msg)

@@ -38,6 +38,11 @@ class Rollouts:
         self._seq += 1
         return self._seq
 
+    def waiting_on(self, wid: int) -> bool:
+        """Whether a swap request to worker ``wid`` is still unanswered."""
+        pending = self._pending.get(wid)
+        return pending is not None and not pending[1].done()
+
     def answered(self, wid: int, reply: EnginesSwapped) -> None:
         """A worker's answer (or, ``worker`` -1, its exit): resolves the request waiting on it; a
         late answer to an older request is ignored."""

@@ -137,8 +137,8 @@ class WorkerPool:
         process.start()
         child.close()
         handle = WorkerHandle(wid, process, parent)
+        self._adopt(handle)
         handle.specs = {voice: engine.label for voice, engine in spec.voices.items()}
-        self.workers[wid] = handle
         threading.Thread(
             target=self._read, args=(handle,), name=f"reader-{wid}", daemon=True
         ).start()
@@ -146,6 +146,12 @@ class WorkerPool:
             target=self._write, args=(handle,), name=f"sender-{wid}", daemon=True
         ).start()
         log.info("worker_spawned", worker=wid, pid=process.pid)
+
+    def _adopt(self, handle: WorkerHandle) -> None:
+        """Make ``handle`` the pool's view of its worker id (a respawn replaces the last)."""
+        self.workers[handle.id] = handle
+        if self.metrics is not None:
+            self.metrics.watch_settled(handle.id, lambda: handle.settled)
 
     def _read(self, handle: WorkerHandle) -> None:
         """Reader thread: forward every message to the loop; report EOF as the worker's death."""
@@ -230,7 +236,10 @@ class WorkerPool:
             capacity, demand = usable_rate(msg.capacity), usable_rate(msg.demand)
             # streams held back for capacity will need it too: the worker is full for routing
             handle.voices = msg.voices
-            handle.settled = msg.settled
+            # a heartbeat sent before the worker received a job or a swap may arrive after
+            # they were sent: it counts only while the pool has nothing out on the worker
+            handle.settled = (msg.settled and not handle.streams
+                              and not self.rollouts.waiting_on(handle.id))  # fmt: skip
             self.balancer.report(handle.id, msg.qsize, capacity=capacity,
                                  demand=demand + msg.waiting, voices=msg.voices)  # fmt: skip
             misses, late_s = handle.deadlines.advance(msg.misses, msg.late_s)
@@ -295,8 +304,7 @@ class WorkerPool:
         if self.metrics is None:
             return
         score = self.balancer.score(handle.id)
-        self.metrics.set_worker(handle.id, len(handle.streams), len(handle.waiting), score,
-                                handle.settled)  # fmt: skip
+        self.metrics.set_worker(handle.id, len(handle.streams), len(handle.waiting), score)
 
     # --- engine swaps ----------------------------------------------------------------------
 

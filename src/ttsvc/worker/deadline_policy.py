@@ -2,9 +2,9 @@
 
 Why a module of its own: these are the scheduler's decisions (``worker.deadline`` says what they
 are for), made from the streams' state, the injected clock and the cost model
-(``worker.costs``) alone, with no thread, lock or pipe. ``DeadlineScheduler`` adds the compute
-threads that act on them and the lock their callers hold; tests and the scheduler benchmark drive
-the policy with a fake clock.
+(``worker.costs``) alone, with no thread or pipe: the lock here guards the streams for the
+callers of the policy. ``DeadlineScheduler`` adds the compute threads that act on the decisions;
+tests and the scheduler benchmark drive the policy with a fake clock.
 """
 
 from __future__ import annotations

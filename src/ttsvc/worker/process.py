@@ -178,6 +178,7 @@ class WorkerLoop:
     """Newest swap request per voice: an older one still loading is superseded."""
 
     def __post_init__(self) -> None:
+        self.heap.freed()  # the start-up load, canary and measurement freed memory too
         scheduler = self.scheduler
         self.threaded = scheduler if isinstance(scheduler, DeadlineScheduler) else None
         self.primary = self.held.names()[0]
