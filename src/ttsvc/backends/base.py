@@ -118,12 +118,26 @@ def run_in_windows(
     measured context, so overlapping windows cropped to their centre give the one-shot result;
     ``scale`` is output samples per input frame along the last axis.
     """
-    total = x.shape[-1]
-    if total <= max_width:
+    if x.shape[-1] <= max_width:
         return run(x)
     step = max_width - left - right
     if step < 1:
         raise EngineError(f"windows of {max_width} frames leave no room beside the context")
+    return overlap_and_crop(run, x, step, left, right, scale)
+
+
+def overlap_and_crop(
+    run: Callable[[FloatArray], FloatArray],
+    x: FloatArray,
+    step: int,
+    left: int,
+    right: int,
+    scale: int,
+) -> FloatArray:
+    """``run`` over windows of ``step`` frames of ``x`` (last axis), each run with ``left`` and
+    ``right`` frames of context and cropped back to its own frames: the one overlap-and-crop
+    that both a plan too narrow for a call and the compiler's context check use."""
+    total = x.shape[-1]
     parts = []
     for start in range(0, total, step):
         end = min(total, start + step)

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ttsvc.backends.base import SPEAKER_INPUT
+from ttsvc.backends.base import SPEAKER_INPUT, overlap_and_crop
 from ttsvc.backends.onnxruntime import (
     ACOUSTIC_FILE,
     FLOW_FILE,
@@ -90,15 +90,11 @@ def window_error(stage: Stage, inputs: Sequence[SpeakerInput], scale: int, left:
     window = 16
     worst = 0.0
     for speaker, x in inputs:
-        frames = x.shape[2]
         whole = stage(x, speaker)
-        parts = []
-        for start in range(0, frames, window):
-            end = min(frames, start + window)
-            lo, hi = max(0, start - left), min(frames, end + right)
-            out = stage(np.ascontiguousarray(x[:, :, lo:hi]), speaker)
-            parts.append(out[..., (start - lo) * scale : (end - lo) * scale])
-        windowed = np.concatenate(parts, axis=-1)
+        def run(part: np.ndarray, speaker: int = speaker) -> np.ndarray:
+            return stage(part, speaker)
+
+        windowed = overlap_and_crop(run, x, window, left, right, scale)
         if after is not None:  # judge the flow by the audio it leads to, not by its latents
             whole, windowed = after(whole, speaker), after(windowed, speaker)
         worst = max(worst, float(np.max(np.abs(windowed - whole))))

@@ -20,16 +20,12 @@ from starlette.requests import HTTPConnection
 
 from ttsvc.audio.encode import Encoder
 from ttsvc.errors import (
-    Busy,
     ClientClosedRequest,
-    Draining,
-    EngineError,
-    InvalidParameter,
     QueueTimeout,
-    TextTooLong,
     TTSError,
     WorkerStalled,
 )
+from ttsvc.gateway.admission import admit, close_later
 from ttsvc.gateway.models import SpeechOrder
 from ttsvc.gateway.ratelimit import Ticket
 from ttsvc.gateway.responses import log_labels
@@ -189,7 +185,7 @@ class SynthesisExchange:
             return
         self.state.metrics.encode_seconds.labels(encoder.format.name).inc(encoder.seconds)
         if not encoder.closed:
-            _close_later(encoder)
+            close_later(encoder)
 
     def finish(self, status: str, cancel: bool = False, code: int | None = None) -> None:
         """Release everything this request holds; only the first call counts.
@@ -281,7 +277,7 @@ async def start_exchange(
     request: HTTPConnection,
     gone: Callable[[], Awaitable[object]] | None = None,
 ) -> tuple[SynthesisExchange, AudioChunkMsg]:
-    """Admit ``order`` (drain, text cap, key quota, slots), dispatch it to a worker and wait for
+    """Admit ``order`` (``admission.admit``), dispatch it to its worker and wait for
     its first audio, which is already accounted (``received``); refusals raise their error.
 
     Every API's synthesis goes through here. The caller owns the exchange from then on: it must
@@ -289,37 +285,9 @@ async def start_exchange(
     ``gone`` returns once the client has left (an HTTP request's disconnect by default).
     """
     settings = state.settings
-    if state.draining:
-        raise Draining("the server is shutting down")
-    if len(order.text) > settings.max_text_chars:
-        field = "input" if order.api == "openai" else "text"
-        raise TextTooLong(f"{field} is over {settings.max_text_chars} characters", field=field)
-    pool = state.pool
-    if pool is None:
-        raise EngineError("no verified engine to serve yet: GET /voices says why")
-    request.state.text_len = len(order.text)
-    rate = order.sample_rate or state.native_rate(order.voice)
-    if (why := order.format.rate_error(rate)) is not None:  # e.g. opus at a voice's own rate
-        raise InvalidParameter(why, field="sample_rate")
+    admitted = admit(state, order, request)
+    pool, wid, qsize, rate = admitted.pool, admitted.wid, admitted.qsize, admitted.rate
     key = getattr(request.state, "key", None)
-    ticket = None
-    if key is not None and state.keys is not None:
-        # before the shared slots: a key over its quota or its share of the slots never takes
-        # one from another key
-        ticket = state.limiter.admit(key.name, key.quota, len(order.text), order.speed,
-                                     len(state.keys.keys))  # fmt: skip
-    encoder: Encoder | None = None
-    try:
-        if state.inflight >= state.limiter.slots:
-            raise Busy("all stream slots are busy, retry shortly")
-        encoder = Encoder(order.format, rate, streamed=order.stream)
-        wid, qsize = pool.pick(order.voice)  # NoWorkerAvailable: a 503 from the error table
-    except Exception:
-        if ticket is not None:
-            state.limiter.refund(ticket)  # the service's refusal, not the key's
-        if encoder is not None:
-            _close_later(encoder)
-        raise
     # ids are always ours: a client reusing an id must not reach another request's stream
     uid = uuid.uuid4().hex
     client_id = request.headers.get("x-request-id")
@@ -333,8 +301,8 @@ async def start_exchange(
                        order.speaker, order.timestamps)  # fmt: skip
     exchange = SynthesisExchange(state, request, pool, wid, job, qsize, gone)
     exchange.buffered = not order.stream
-    exchange.ticket = ticket
-    exchange.encoder = encoder
+    exchange.ticket = admitted.ticket
+    exchange.encoder = admitted.encoder
     state.metrics.format_requests.labels(order.format.name, order.api).inc()
     try:
         first = await exchange.first(settings.queue_timeout_s)
@@ -345,14 +313,3 @@ async def start_exchange(
     exchange.rate = rate
     exchange.received(first)
     return exchange, first
-
-
-def _close_later(encoder: Encoder) -> None:
-    """Release an encoder off the loop (closing may flush a codec, or wait for a chunk being
-    encoded); nothing waits for it."""
-
-    def close() -> None:
-        with contextlib.suppress(Exception):
-            encoder.close()
-
-    asyncio.get_running_loop().run_in_executor(None, close)

@@ -1,7 +1,7 @@
 """Text → sentences of phoneme ids: the one entry point the synthesizer uses.
 
-Kept separate from the pure steps so each step stays testable on its own, and so the gateway
-can run this (blocking, espeak-bound) work off its event loop in one call.
+Kept separate from the pure steps so each step stays testable on its own, and so a worker runs
+this (blocking, espeak-bound) work in one call; the gateway never phonemizes.
 """
 
 from __future__ import annotations

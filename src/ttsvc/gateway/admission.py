@@ -1,0 +1,85 @@
+"""Admission: whether a synthesis request may start, and on which worker.
+
+Every API's request passes the same checks in the same order before anything is dispatched —
+the drain, the text cap, a voice with verified engines, the output rate, the key's quota and
+its share of the slots, the shared slots, then the pool's pick — so a refusal is the same 4xx or
+503 whichever API was called, and a key's quota is refunded when the service, not the key,
+refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+from starlette.requests import HTTPConnection
+
+from ttsvc.audio.encode import Encoder
+from ttsvc.errors import Busy, Draining, EngineError, InvalidParameter, TextTooLong
+from ttsvc.gateway.models import SpeechOrder
+from ttsvc.gateway.ratelimit import Ticket
+from ttsvc.gateway.state import GatewayState
+from ttsvc.pool.supervisor import WorkerPool
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A request that may start: its worker, the worker's load counting it, its output rate,
+    the key's ticket (refunded if the stream never starts) and its encoder."""
+
+    pool: WorkerPool
+    wid: int
+    qsize: int
+    rate: int
+    ticket: Ticket | None
+    encoder: Encoder
+
+
+def admit(state: GatewayState, order: SpeechOrder, request: HTTPConnection) -> Admitted:
+    """Admit ``order`` or raise its refusal (drain, text cap, engines, rate, key quota, slots,
+    no worker)."""
+    settings = state.settings
+    if state.draining:
+        raise Draining("the server is shutting down")
+    if len(order.text) > settings.max_text_chars:
+        field = "input" if order.api == "openai" else "text"
+        raise TextTooLong(f"{field} is over {settings.max_text_chars} characters", field=field)
+    pool = state.pool
+    if pool is None:
+        raise EngineError("no verified engine to serve yet: GET /voices says why")
+    request.state.text_len = len(order.text)
+    rate = order.sample_rate or state.native_rate(order.voice)
+    if (why := order.format.rate_error(rate)) is not None:  # e.g. opus at a voice's own rate
+        raise InvalidParameter(why, field="sample_rate")
+    key = getattr(request.state, "key", None)
+    ticket = None
+    if key is not None and state.keys is not None:
+        # before the shared slots: a key over its quota or its share of the slots never takes
+        # one from another key
+        ticket = state.limiter.admit(key.name, key.quota, len(order.text), order.speed,
+                                     len(state.keys.keys))  # fmt: skip
+    encoder: Encoder | None = None
+    try:
+        if state.inflight >= state.limiter.slots:
+            raise Busy("all stream slots are busy, retry shortly")
+        encoder = Encoder(order.format, rate, streamed=order.stream)
+        wid, qsize = pool.pick(order.voice)  # NoWorkerAvailable: a 503 from the error table
+    except Exception:
+        if ticket is not None:
+            state.limiter.refund(ticket)  # the service's refusal, not the key's
+        if encoder is not None:
+            close_later(encoder)
+        raise
+    return Admitted(pool, wid, qsize, rate, ticket, encoder)
+
+
+def close_later(encoder: Encoder) -> None:
+    """Release an encoder off the loop (closing may flush a codec, or wait for a chunk being
+    encoded); nothing waits for it."""
+
+    def close() -> None:
+        with contextlib.suppress(Exception):
+            encoder.close()
+
+    asyncio.get_running_loop().run_in_executor(None, close)
