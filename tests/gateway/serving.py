@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -45,6 +46,10 @@ class Server:
         """``metrics_port=False``: leave the metrics port to the service's default."""
         self.port = _free_port()
         self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - open as long as the server
+        # the server writes through the same open file: with O_APPEND its lines always go to
+        # the end, even while ``log_lines`` has moved the shared offset back to read them
+        flags = fcntl.fcntl(self.log.fileno(), fcntl.F_GETFL)
+        fcntl.fcntl(self.log.fileno(), fcntl.F_SETFL, flags | os.O_APPEND)
         self.url = f"http://127.0.0.1:{self.port}"
         self.metrics_port = _free_port()
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
