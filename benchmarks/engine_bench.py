@@ -42,10 +42,8 @@ from bench_common import (
     utc_timestamp,
     write_json,
 )
-from ttsvc.backends.onnxruntime import (
-    create_session,
-    load_engine_set,
-)
+from ttsvc.backends.loader import load_engine_set
+from ttsvc.backends.onnxruntime import create_session
 from ttsvc.compile.build import ensure_default_voice
 from ttsvc.repository.manifest import load_manifest, verify_files
 from ttsvc.synthesis import SynthesisParams, Synthesizer, to_pcm16

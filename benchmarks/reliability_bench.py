@@ -27,6 +27,7 @@ fails on a figure. Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import functools
 import http.client
 import json
 import multiprocessing
@@ -53,11 +54,13 @@ from bench_common import (
     STOP_TIMEOUT_S,
     WAV_HEADER_BYTES,
     Server,
+    chosen_sections,
     fmt,
     machine_info,
     relative,
+    run_sections,
+    sections_parser,
     utc_timestamp,
-    write_json,
 )
 from ttsvc.compile.build import ensure_default_voice
 from ttsvc.config import Settings
@@ -443,11 +446,7 @@ def run_frozen(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", default=",".join(SECTIONS),
-                   help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default all)")
-    p.add_argument("--engines-dir", type=Path, default=DEFAULT_ENGINES,
-                   help="engine repository; the default voice is compiled here if missing")
+    p = sections_parser(__doc__, SECTIONS, DEFAULT_ENGINES)
     p.add_argument("--workers", type=int, default=1, help="worker processes of each server")
     p.add_argument("--max-sentence-chars", type=int, default=None,
                    help="TTSVC_MAX_SENTENCE_CHARS for the poison server and fuzz's split "
@@ -475,10 +474,7 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_arg_parser().parse_args(argv)
-    only = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = sorted(set(only) - set(SECTIONS))
-    if unknown or not only:
-        raise SystemExit(f"--only: unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
+    only = chosen_sections(args.only, SECTIONS)
     if args.workers < 1 or args.fuzz_texts < 0:
         raise SystemExit("--workers must be at least 1, --fuzz-texts at least 0")
     info = machine_info({"httpx": httpx.__version__,
@@ -487,23 +483,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ensure_default_voice(Path(args.engines_dir), lambda m: print(m, file=sys.stderr))
     print(f"Reliability benchmark — {info['cpu_model'] or info['machine']} "
           f"({info['cpu_count']} CPUs), {args.workers} worker(s), {utc_timestamp()}\n")
-    sections: dict[str, Any] = {}
-    if args.json.exists():
-        sections = json.loads(args.json.read_text(encoding="utf-8")).get("sections", {})
-    for name in SECTIONS:
-        if name not in only:
-            continue
-        print(f"## {name}\n", flush=True)
-        result = RUNNERS[name](args)
-        result["date"] = utc_timestamp()
-        result["settings"] = {k: (relative(v) if isinstance(v, Path) else v)
-                              for k, v in vars(args).items()}  # fmt: skip
-        sections[name] = result
-    doc = {"benchmark": "reliability_bench", "machine": info, "sections": sections}
-    write_json(args.json, doc, allow_nan=False)
+    settings = {k: (relative(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    run_sections(args.json, "reliability_bench", info,
+                 {name: functools.partial(RUNNERS[name], args) for name in SECTIONS}, only,
+                 settings)  # fmt: skip
     print(f"wrote {relative(args.json)}", file=sys.stderr)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,4 +1,5 @@
-"""Writing results: table cells, markdown tables, strict JSON, atomic files, raw records.
+"""Writing results: table cells, markdown tables, strict JSON, atomic files, raw records, and
+the sections of a sectioned benchmark merged into its JSON.
 
 Why this exists: every script prints a markdown table and stores a JSON document; one writer
 keeps the cells, the NaN handling and the atomic rename the same everywhere, and keeps the
@@ -8,11 +9,14 @@ large per-request records out of the committed results (they go to git-ignored
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from bench_common.context import utc_timestamp
 
 ALIGN = {"l": "---", "r": "---:"}
 """``markdown_table`` column alignment letters: left (text) or right (numbers)."""
@@ -96,3 +100,52 @@ def write_raw(result: Path, records: Any) -> Path:
     path = raw_path(result)
     write_json(path, records, allow_nan=False)
     return path
+
+
+def sections_parser(doc: str, sections: Sequence[str], engines: Path) -> argparse.ArgumentParser:
+    """The argument parser of a sectioned benchmark with the flags they all take: ``--only``
+    (the sections to run) and ``--engines-dir`` (``engines`` by default)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n", maxsplit=1)[0])
+    p.add_argument("--only", default=",".join(sections),
+                   help=f"sections to run, comma-separated, of {','.join(sections)} "
+                   "(default all)")  # fmt: skip
+    p.add_argument("--engines-dir", type=Path, default=engines,
+                   help="engine repository; the default voice is compiled here if missing")
+    return p
+
+
+def chosen_sections(only: str, sections: Sequence[str]) -> list[str]:
+    """The sections an ``--only a,b`` value names, in the order given; exits on a name that is
+    none of ``sections``."""
+    chosen = [s.strip() for s in only.split(",") if s.strip()]
+    unknown = sorted(set(chosen) - set(sections))
+    if unknown or not chosen:
+        raise SystemExit(f"--only: unknown sections {unknown}; choose from {', '.join(sections)}")
+    return chosen
+
+
+def run_sections(
+    path: Path,
+    benchmark: str,
+    machine: Mapping[str, Any],
+    runners: Mapping[str, Callable[[], dict[str, Any]]],
+    chosen: Sequence[str],
+    settings: Mapping[str, Any] | None = None,
+) -> None:
+    """Run the ``chosen`` sections of a sectioned benchmark, in ``runners``' order, each under a
+    ``## name`` heading, and merge their results (dated, and with ``settings`` where given) into
+    the JSON at ``path``, keeping the sections an earlier run left there."""
+    sections: dict[str, Any] = {}
+    if path.exists():
+        sections = json.loads(path.read_text(encoding="utf-8")).get("sections", {})
+    for name, run in runners.items():
+        if name not in chosen:
+            continue
+        print(f"## {name}\n", flush=True)
+        result = run()
+        result["date"] = utc_timestamp()
+        if settings is not None:
+            result["settings"] = dict(settings)
+        sections[name] = result
+    write_json(path, {"benchmark": benchmark, "machine": dict(machine), "sections": sections},
+               allow_nan=False)  # fmt: skip

@@ -13,7 +13,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench_common import markdown_table, pct, raw_path, read_wav, write_json, write_raw
+from bench_common import (
+    chosen_sections,
+    markdown_table,
+    pct,
+    raw_path,
+    read_wav,
+    run_sections,
+    write_json,
+    write_raw,
+)
 
 
 def test_nearest_rank_never_interpolates() -> None:
@@ -66,3 +75,18 @@ def test_read_wav_times_the_first_byte_after_the_header() -> None:
     assert (rate, audio_bytes) == (16000, 4800)
     assert ttfa_ms is not None
     assert [seconds for _, seconds in reads] == [0.1, 0.05]
+
+
+def test_a_sectioned_benchmark_merges_the_sections_it_ran_into_its_json(tmp_path: Path) -> None:
+    assert chosen_sections("b, a", ("a", "b", "c")) == ["b", "a"]
+    with pytest.raises(SystemExit, match="unknown sections"):
+        chosen_sections("a,z", ("a", "b"))
+    path = tmp_path / "bench.json"
+    runners = {"a": lambda: {"x": 1}, "b": lambda: {"y": 2}}
+    run_sections(path, "bench", {"cpu": "here"}, runners, ["a", "b"], {"flag": 3})
+    run_sections(path, "bench", {"cpu": "here"}, {**runners, "b": lambda: {"y": 5}}, ["b"])
+    doc = json.loads(path.read_text())
+    assert doc["benchmark"] == "bench" and doc["machine"] == {"cpu": "here"}
+    assert doc["sections"]["a"]["x"] == 1 and doc["sections"]["a"]["settings"] == {"flag": 3}
+    assert doc["sections"]["b"]["y"] == 5 and "settings" not in doc["sections"]["b"]
+    assert doc["sections"]["a"]["date"]
