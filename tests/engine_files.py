@@ -36,6 +36,26 @@ def variant(src: Path, dst: Path, factor: float) -> None:
     onnx.save(model, str(dst))
 
 
+def silent_vocoder(src: Path, dst: Path) -> None:
+    """A vocoder that loads and runs but outputs silence: its last convolution (which ONNX
+    Runtime fused with the final tanh) has zero weights, so every sample is tanh(0)."""
+    model = onnx.load(str(src))
+    last_conv = [node for node in model.graph.node if "Conv" in node.op_type][-1]
+    weights = {init.name: init for init in model.graph.initializer}
+    for name in last_conv.input[1:]:
+        init = weights[name]
+        zero = np.zeros(numpy_helper.to_array(init).shape, np.float32)
+        init.CopyFrom(numpy_helper.from_array(zero, name))
+    onnx.save(model, str(dst))
+
+
+def random_bytes(dst: Path, size: int, seed: int = 7) -> Path:
+    """A file of ``size`` random bytes: an engine no runtime can parse, which a manifest written
+    for it still matches (a bad publish, not a torn copy)."""
+    dst.write_bytes(np.random.default_rng(seed).bytes(size))
+    return dst
+
+
 def publish(engines: Path, replace: dict[str, Path], runtime: dict[str, str] | None = None,
              content: dict[str, Path] | None = None, voice: str = VOICE) -> int:  # fmt: skip
     """Publish a new version of ``voice`` the way `ttsvc compile` does: staging directory,
@@ -60,6 +80,16 @@ def publish(engines: Path, replace: dict[str, Path], runtime: dict[str, str] | N
     write_manifest(staging, manifest)
     repo.publish(voice, staging, version)
     return version
+
+
+def rewrite(version: Path, replace: dict[str, Path]) -> None:
+    """Put other bytes into a published version and make its manifest say them (what a bad
+    publish looks like to every check but loading them)."""
+    manifest = load_manifest(version)
+    for name, source in replace.items():
+        shutil.copyfile(source, version / name)
+        manifest.files[name] = file_entry(version / name)
+    write_manifest(version, manifest)
 
 
 def without_durations(version: Path, target: Path) -> Path:

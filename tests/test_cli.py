@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ from ttsvc.cpus import CpuBudget, cpu_budget, default_split
 from ttsvc.errors import Unauthorized
 from ttsvc.gateway.auth import KeyStore
 from ttsvc.gateway.ratelimit import Quota
+from ttsvc.memory import cgroup_memory_limit, worker_memory_mb
 from ttsvc.repository.layout import EngineVersion
 
 
@@ -289,13 +291,18 @@ def test_api_port_in_use_is_one_clear_line(listener: socket.socket, tmp_path: Pa
     port = listener.getsockname()[1]
     empty = tmp_path / "engines"  # nothing compiled: the check comes before any compile
     result = _ttsvc("serve", "--port", str(port), "--metrics-port", "0", "--engines-dir",
-                    str(empty), cwd=tmp_path)  # fmt: skip
+                    str(empty), "--log-format", "console", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [
-        f"ttsvc serve: port {port} on 127.0.0.1 is in use: choose another with --port or "
-        "TTSVC_PORT"
-    ]
+    message = (f"port {port} on 127.0.0.1 is in use: choose another with --port or "
+               "TTSVC_PORT")  # fmt: skip
+    assert result.stderr.strip().splitlines() == [f"ttsvc serve: {message}"]
     assert not empty.exists()
+    # where the log is JSON (a container's), the reason is one JSON line like every other
+    result = _ttsvc("serve", "--port", str(port), "--metrics-port", "0", "--engines-dir",
+                    str(empty), "--log-format", "json", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1 and result.stderr == ""
+    (line,) = [json.loads(x) for x in result.stdout.splitlines()]
+    assert (line["event"], line["error"], line["level"]) == ("serve_failed", message, "error")
 
 
 def test_metrics_port_in_use_when_set_is_one_clear_line(
@@ -308,7 +315,7 @@ def test_metrics_port_in_use_when_set_is_one_clear_line(
     for how in (["--metrics-port", str(port)], []):
         env = {} if how else {"TTSVC_METRICS_PORT": str(port)}
         result = _ttsvc("serve", *how, "--port", api, "--engines-dir", str(tmp_path / "e"),
-                        cwd=tmp_path, env=env)  # fmt: skip
+                        "--log-format", "console", cwd=tmp_path, env=env)  # fmt: skip
         assert result.returncode == 1, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and f"port {port} on 127.0.0.1 is in use" in lines[0]
@@ -323,6 +330,28 @@ def test_wyoming_port_is_off_by_default_and_must_be_its_own(no_ttsvc_env: object
             split_settings("--wyoming-port", taken)
 
 
+def test_worker_memory_follows_the_voices_unless_set(no_ttsvc_env: pytest.MonkeyPatch) -> None:
+    limit = cgroup_memory_limit()  # this machine's own container limit, if any
+    plain = split_settings("--workers", "1")
+    assert plain.worker_memory_mb == worker_memory_mb(plain.voice_memory_mb, 1, limit)
+    assert split_settings("--worker-memory-mb", "900").worker_memory_mb == 900
+    assert split_settings("--worker-memory-mb", "0").worker_memory_mb == 0  # no cap
+    no_ttsvc_env.setenv("TTSVC_VOICE_MEMORY_MB", "300")
+    assert split_settings("--workers", "1").worker_memory_mb == worker_memory_mb(300, 1, limit)
+    with pytest.raises(ValueError, match="worker_memory_mb must be 0"):
+        split_settings("--worker-memory-mb", "100")
+
+
+def test_wyoming_bounds_reach_the_settings(no_ttsvc_env: object) -> None:
+    settings = split_settings("--wyoming-host", "10.1.2.3", "--wyoming-allow", "192.168.1.0/24",
+                              "--wyoming-allow", "::1", "--wyoming-max-connections", "5")
+    assert settings.wyoming_host == "10.1.2.3"
+    assert settings.wyoming_allow == ["192.168.1.0/24", "::1"]
+    assert settings.wyoming_max_connections == 5
+    with pytest.raises(ValueError, match="expected an address or a network"):
+        split_settings("--wyoming-allow", "living room")
+
+
 def test_wyoming_port_in_use_is_one_clear_line(listener: socket.socket, tmp_path: Path) -> None:
     port = listener.getsockname()[1]
     with socket.socket() as free:
@@ -330,7 +359,8 @@ def test_wyoming_port_in_use_is_one_clear_line(listener: socket.socket, tmp_path
         api = str(free.getsockname()[1])  # let go before the server checks it
     empty = tmp_path / "engines"
     result = _ttsvc("serve", "--port", api, "--metrics-port", "0", "--wyoming-port", str(port),
-                    "--engines-dir", str(empty), cwd=tmp_path)  # fmt: skip
+                    "--engines-dir", str(empty), "--log-format", "console",
+                    cwd=tmp_path)  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip().splitlines() == [
         f"ttsvc serve: port {port} on 127.0.0.1 is in use: choose another with --wyoming-port or "

@@ -16,7 +16,7 @@ import ttsvc
 LAYERS = (
     {"errors", "__version__"},
     {"protocol"},
-    {"observability", "voice", "windows", "cpus", "ranges"},
+    {"observability", "voice", "windows", "cpus", "memory", "ranges"},
     {"balancer", "audio", "text", "repository"},
     {"config"},
     {"backends"},

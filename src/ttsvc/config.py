@@ -7,7 +7,9 @@ useless instead of letting them fail later inside a worker.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from ipaddress import ip_network
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +26,7 @@ from ttsvc.cpus import (
     complete_split,
     cpu_budget,
 )
+from ttsvc.memory import WORKER_MIN_MB, cgroup_memory_limit, worker_memory_mb
 from ttsvc.windows import WindowSchedule
 
 DEFAULT_VOICE = "en_US-joe-medium"
@@ -101,6 +104,20 @@ class Settings(BaseSettings):
     """Port of the Wyoming protocol (Home Assistant's voice pipeline) on ``host``; 0, the
     default, turns it off. The protocol has no authentication: with API keys on, its requests
     are charged to a key named ``wyoming`` with the default quota."""
+    wyoming_host: str | None = None
+    """Address the Wyoming port listens on (unset: ``host``): the protocol has no credentials,
+    so it may be kept on a private interface while the HTTP API is public."""
+    wyoming_allow: list[str] = Field(default_factory=list)
+    """Client addresses or networks (``192.168.1.0/24``, ``10.0.0.7``; in the environment a
+    JSON list) that may connect to the Wyoming port; empty: any. A client outside them gets an
+    ``error`` event and is disconnected."""
+    wyoming_max_connections: int = Field(64, ge=1, le=100_000)
+    """Wyoming connections open at once; one more gets an ``error`` event and is closed."""
+    wyoming_idle_timeout_s: float = Field(30.0, gt=0, le=3600)
+    """A Wyoming connection that sends nothing for this long while nothing is being spoken on it
+    is closed (a client streaming text pauses between pieces as its LLM writes, so longer than
+    the HTTP idle timeout). An event cut short must arrive whole within ``header_timeout_s``
+    and ``body_timeout_s``, as an HTTP request."""
     workers: int = Field(ge=1, le=MAX_PROCESSES)
     """Worker processes. Unset: from ``cpus`` like ``compute_threads`` (one per CPU with the
     legacy scheduler), or ``ceil(cpus / compute_threads)`` when that is given."""
@@ -153,6 +170,11 @@ class Settings(BaseSettings):
     """How long one worker may take to load and canary a candidate."""
     engine_cache_dir: Path | None = None
     """Writable scratch for verified engine copies (default: a new directory under /tmp)."""
+    engine_trust_checks: bool = True
+    """Refuse an engine version whose files or directories anyone may write, someone other than
+    root, this service's user or the engines directory's owner owns, or that lead outside the
+    engines directory (``ttsvc.repository.trust``); off only for filesystems that show every
+    file as anyone's (some CIFS mounts)."""
     compile_default_voice: bool = True
     """Compile the packaged default voice when the engines directory has none."""
     log_level: str = "info"
@@ -188,6 +210,15 @@ class Settings(BaseSettings):
     loading its first voice (about 140 MB for a medium Piper voice). Past it, the worker lets go
     of the voice it used least recently; 0: no limit."""
 
+    worker_memory_mb: float = Field(ge=0.0, le=1_000_000.0)
+    """Most memory one worker process may take, as its data-size limit (``RLIMIT_DATA``: heap
+    and private mappings, which run ahead of resident memory: about 1.5 times it under load);
+    past it an allocation fails and the worker fails its request or dies and is respawned,
+    instead of the pod being OOM-killed with the gateway. Workers also rank above the gateway
+    for the OOM killer. Unset: ``voice_memory_mb`` + 1024, and inside a container memory limit
+    no more than the limit less 256 MB split over the workers (``ttsvc.memory``); 0: no cap.
+    Below 512 a medium voice does not load."""
+
     @model_validator(mode="before")
     @classmethod
     def _split_cpus(cls, data: Any) -> Any:
@@ -210,6 +241,13 @@ class Settings(BaseSettings):
                 filled["compute_threads"] = threads = split[1]
         if data.get("max_streams_per_worker") is None:
             filled["max_streams_per_worker"] = STREAMS_PER_THREAD * (threads or 1)
+        if data.get("worker_memory_mb") is None:
+            budget = float(cls.model_fields["voice_memory_mb"].default)
+            with contextlib.suppress(TypeError, ValueError):  # invalid: its field says so
+                budget = float(data.get("voice_memory_mb", budget))
+            processes = _given(filled.get("workers")) or 1
+            filled["worker_memory_mb"] = worker_memory_mb(budget, processes,
+                                                          cgroup_memory_limit())  # fmt: skip
         return filled
 
     @field_validator("api_keys_file", mode="before")
@@ -225,6 +263,17 @@ class Settings(BaseSettings):
             # an origin is scheme://host[:port], nothing after: a path would never match
             if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
                 raise ValueError(f"cors origin {origin!r}: expected scheme://host[:port] or *")
+        return value
+
+    @field_validator("wyoming_allow")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for net in value:
+            try:
+                ip_network(net, strict=False)
+            except ValueError:
+                raise ValueError(f"wyoming_allow {net!r}: expected an address or a network "
+                                 "such as 192.168.1.0/24") from None  # fmt: skip
         return value
 
     @field_validator("voice_aliases")
@@ -243,6 +292,9 @@ class Settings(BaseSettings):
             raise ValueError("metrics_port must differ from port: /metrics is not public")
         if self.wyoming_port and self.wyoming_port in (self.port, self.metrics_port):
             raise ValueError("wyoming_port must differ from port and metrics_port")
+        if 0 < self.worker_memory_mb < WORKER_MIN_MB:
+            raise ValueError(f"worker_memory_mb must be 0 (no cap) or at least {WORKER_MIN_MB:g}:"
+                             " a worker needs that much to load a medium voice")
         if self.worker_silence_timeout_s <= self.balancer_heartbeat_timeout_s:
             # otherwise a hung worker is killed before it is even taken out of routing
             raise ValueError("worker_silence_timeout_s must exceed balancer_heartbeat_timeout_s")

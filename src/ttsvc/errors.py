@@ -276,6 +276,13 @@ class PortUnavailable(TTSError):
     type = "port_unavailable"
 
 
+class Forbidden(TTSError):
+    """The client's address may not use this listener (the Wyoming allow-list)."""
+
+    status = 403
+    type = "forbidden"
+
+
 class OriginNotAllowed(TTSError):
     """A browser page of another origin opened a WebSocket: CORS does not cover WebSockets, so
     the gateway applies the same origins to them that CORS lets read its HTTP answers."""

@@ -113,6 +113,23 @@ class WorkerReady:
 
 
 @dataclass(frozen=True)
+class StartFailed:
+    """The engines a worker was started on could not serve: they failed to load (a file no
+    runtime parses, a build for another machine) or failed the canary. The worker exits after
+    sending it; the gateway then judges the version, not the worker (it is rejected, and the
+    voice's next older good version is what workers start on)."""
+
+    worker: int
+    voice: str
+    label: str
+    """The engine version that failed (``EngineSpec.label``)."""
+    reason: str
+    """Why, as clients may read it: a file name and a short reason, no host paths."""
+    detail: str = ""
+    """Why, for the log: paths and the runtime's own message."""
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """Sent on a fixed cadence whether or not the worker is busy."""
 
@@ -222,4 +239,5 @@ class EnginesSwapped:
 
 
 ToWorker = SynthesisJob | CancelStream | SwapEngines | Shutdown
-FromWorker = WorkerReady | Heartbeat | AudioChunkMsg | StreamDone | StreamError | EnginesSwapped
+FromWorker = (WorkerReady | StartFailed | Heartbeat | AudioChunkMsg | StreamDone | StreamError
+              | EnginesSwapped)

@@ -12,11 +12,13 @@ from typing import Annotated
 
 from pydantic import Field
 
-Speed = Annotated[float, Field(ge=0.25, le=4.0)]
+# allow_inf_nan=False: JSON parsers here accept NaN and Infinity, which fail every bound, and
+# the error must say what is wrong with them ("a finite number"), not name a bound they missed
+Speed = Annotated[float, Field(ge=0.25, le=4.0, allow_inf_nan=False)]
 """Speaking rate: 2.0 is twice as fast (divides the voice's length scale)."""
-Noise = Annotated[float, Field(ge=0.0, le=2.0)]
+Noise = Annotated[float, Field(ge=0.0, le=2.0, allow_inf_nan=False)]
 """Latent noise (``noise_scale``) or duration noise (``noise_w``); 0 is deterministic."""
-Silence = Annotated[float, Field(ge=0.0, le=5.0)]
+Silence = Annotated[float, Field(ge=0.0, le=5.0, allow_inf_nan=False)]
 """Seconds of silence after each sentence but the last."""
 
 SPEED = 1.0

@@ -6,23 +6,26 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.gateway.serving import Server
+from tests.gateway.serving import Server, wait_until
 from ttsvc.cpus import cpu_budget
 from ttsvc.repository.layout import EngineVersion
 
 MAX_AUDIO_S = 20.0
+WORKER_MEMORY_MB = 1536
 
 
 @pytest.fixture(scope="module")
 def server(default_version: EngineVersion, engines_root: Path) -> Iterator[Server]:
     srv = Server(engines_root, "--workers", "1", "--no-api-docs", "--max-audio-s",
-                 str(MAX_AUDIO_S), host=None)  # fmt: skip
+                 str(MAX_AUDIO_S), "--worker-memory-mb", str(WORKER_MEMORY_MB),
+                 host=None)  # fmt: skip
     srv.wait_ready(1)
     yield srv
     srv.stop()
@@ -54,6 +57,23 @@ def test_start_up_line_says_processes_x_threads_and_where_the_cpus_came_from(
     assert (line["workers"], line["compute_threads"]) == (1, budget.cpus)
     assert line["split"] == f"1x{budget.cpus}"
     assert (line["cpus"], line["cpus_from"]) == (budget.cpus, budget.source)
+
+
+def _proc(pid: int, name: str) -> str:
+    return Path(f"/proc/{pid}/{name}").read_text()
+
+
+def test_a_worker_caps_its_memory_and_goes_first_to_the_oom_killer(server: Server) -> None:
+    """Before: no worker had a cap of its own, and all ranked with the gateway, so a runaway
+    worker got the whole pod (gateway included) OOM-killed."""
+    (worker,) = server.worker_pids()
+    limit = next(line for line in _proc(worker, "limits").splitlines()
+                 if line.startswith("Max data size"))  # fmt: skip
+    assert limit.split()[3:5] == [str(WORKER_MEMORY_MB << 20)] * 2  # soft and hard
+    gateway = int(_proc(server.proc.pid, "oom_score_adj"))
+    assert int(_proc(worker, "oom_score_adj")) == min(1000, gateway + 500)
+    assert "unlimited" in next(line for line in _proc(server.proc.pid, "limits").splitlines()
+                               if line.startswith("Max data size"))  # fmt: skip
 
 
 def completions(server: Server, status: str) -> list[dict[str, object]]:
@@ -88,6 +108,23 @@ def test_a_body_that_is_not_json_gets_400_a_line_and_a_count(server: Server, bod
     assert openai.status_code == 400
     assert openai.json()["error"]["type"] == "invalid_json"
     assert openai.json()["error"]["message"]
+
+
+def test_an_upload_cut_mid_body_counts_as_the_client_leaving(server: Server) -> None:
+    """Before: counted as a 400 ``invalid_json`` (the body read failed), as if the client had
+    sent a bad body."""
+    before = counted(server, 499, "cancelled")
+    lines = len(completions(server, "cancelled"))
+    invalid = len(completions(server, "invalid_json"))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"POST /synthesize HTTP/1.1\r\nHost: ttsvc\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: 200\r\n\r\n{\"text\": \"Half a")
+    wait_until(server, lambda: len(completions(server, "cancelled")), lambda n: n > lines,
+               "the cut upload's completion line")  # fmt: skip
+    (line,) = completions(server, "cancelled")[lines:]
+    assert line["code"] == 499 and line["text_len"] is None
+    assert counted(server, 499, "cancelled") == before + 1
+    assert len(completions(server, "invalid_json")) == invalid
 
 
 def test_unknown_routes_and_methods_get_the_error_shape(server: Server) -> None:

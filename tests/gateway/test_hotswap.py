@@ -18,31 +18,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import numpy as np
-import onnx
 import pytest
-from onnx import numpy_helper
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.engine_files import VOICE, int8_vocoder, publish, variant
-from tests.gateway.serving import HEALTH_POLLS, Server, engines_state, wait_engines
+from tests.engine_files import (
+    VOICE,
+    int8_vocoder,
+    publish,
+    random_bytes,
+    rewrite,
+    silent_vocoder,
+    variant,
+)
+from tests.gateway.serving import HEALTH_POLLS, Server, engines_state, wait_engines, wait_until
 from ttsvc.repository.layout import EngineVersion
 
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
 
-
-
-def _silent(src: Path, dst: Path) -> None:
-    """A vocoder that loads and runs but outputs silence: its last convolution (which ONNX
-    Runtime fused with the final tanh) has zero weights, so every sample is tanh(0)."""
-    model = onnx.load(str(src))
-    last_conv = [node for node in model.graph.node if "Conv" in node.op_type][-1]
-    weights = {init.name: init for init in model.graph.initializer}
-    for name in last_conv.input[1:]:
-        init = weights[name]
-        zero = np.zeros(numpy_helper.to_array(init).shape, np.float32)
-        init.CopyFrom(numpy_helper.from_array(zero, name))
-    onnx.save(model, str(dst))
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +43,7 @@ def candidates(default_version: EngineVersion, tmp_path_factory: pytest.TempPath
     variant(default_version.path / "acoustic.onnx", out / "acoustic-a.onnx", 1.001)
     variant(default_version.path / "acoustic.onnx", out / "acoustic-b.onnx", 0.999)
     variant(default_version.path / "vocoder.onnx", out / "vocoder-b.onnx", 0.999)
-    _silent(default_version.path / "vocoder.onnx", out / "vocoder-silent.onnx")
+    silent_vocoder(default_version.path / "vocoder.onnx", out / "vocoder-silent.onnx")
     int8_vocoder(out / "vocoder-int8.onnx")
     return out
 
@@ -435,3 +427,115 @@ def test_int8_vocoder_replaced_in_place_reports_its_real_precision(
     assert state["reloads"] == {"ok": 1}
     (info,) = _gauge(srv, "ttsvc_engine_info")  # the fp32 series is gone
     assert info["precision"] == "acoustic:fp32/flow:fp32/vocoder:int8"
+
+
+@pytest.mark.parametrize(
+    ("fault", "file", "reason"),
+    [
+        ("corrupt", "acoustic.onnx", "ONNX Runtime could not load it"),
+        ("foreign", "manifest.json", "built for another machine"),
+        ("silent", None, "canary audio is silent"),
+    ],
+)
+def test_a_newest_version_that_cannot_serve_is_rejected_at_start(
+    engines: Path, server_factory: list[Server], candidates: Path, tmp_path: Path,
+    fault: str, file: str | None, reason: str,
+) -> None:  # fmt: skip
+    """Version 2 matches its manifest but cannot serve: random bytes for an engine, a build for
+    another CPU kind, a vocoder that says nothing. Before: both workers died and were respawned
+    on it over and over, the older version never served and nothing said why."""
+    if fault == "corrupt":
+        size = (engines / VOICE / "1" / "acoustic.onnx").stat().st_size
+        publish(engines, {"acoustic.onnx": random_bytes(tmp_path / "noise.onnx", size)})
+    elif fault == "foreign":
+        publish(engines, {}, runtime={"machine": "aarch64"})
+    else:
+        publish(engines, {"vocoder.onnx": candidates / "vocoder-silent.onnx"})
+    srv = _start(engines, server_factory, workers=2)
+    state = engines_state(srv)
+    assert state["current"] == "1"
+    (rejected,) = state["rejected"]
+    assert (rejected["version"], rejected["file"]) == (2, file)
+    assert reason in str(rejected["reason"]) and "/" not in str(rejected["reason"])
+    r = srv.synth("The older version serves.", **DET)
+    assert r.status_code == 200 and r.headers["x-engine-version"] == "1"
+    (logged,) = _events(srv, "engine_rejected")
+    assert logged["version"] == 2 and logged["detail"]  # the runtime's own words, in the log
+    assert _events(srv, "worker_died") == []
+    assert 1 <= len(_events(srv, "worker_start_failed")) <= 2  # each worker once at most
+    # every line written through the failing loads is one JSON object (tracebacks inside)
+    for line in srv.log_lines():
+        assert isinstance(json.loads(line), dict), line
+
+
+def test_a_version_no_worker_can_start_on_leaves_the_gateway_up_until_one_appears(
+    engines: Path, server_factory: list[Server], tmp_path: Path
+) -> None:
+    """The only version cannot load: the gateway stays up, unready, with no worker respawning
+    in a loop, and serves as soon as a good version is published."""
+    version_dir = engines / VOICE / "1"
+    good = shutil.copyfile(version_dir / "acoustic.onnx", tmp_path / "acoustic.onnx")
+    noise = random_bytes(tmp_path / "noise.onnx", good.stat().st_size)
+    rewrite(version_dir, {"acoustic.onnx": noise})  # its manifest says these bytes
+    srv = _start(engines, server_factory, ready=False)
+    _wait_up(srv)
+    state = wait_engines(srv, lambda s: s["rejected"], "version 1 rejected")
+    assert state["current"] is None
+    health = srv.client.get("/health")
+    assert health.status_code == 503 and health.json()["status"] == "no_verified_engine"
+    publish(engines, {"acoustic.onnx": good})
+    srv.wait_ready(1)
+    assert srv.synth("Now it speaks.", **DET).headers["x-engine-version"] == "2"
+    assert _events(srv, "worker_died") == []
+    assert len(_events(srv, "worker_start_failed")) == 1
+
+
+@pytest.mark.parametrize("fault", ["world-writable", "foreign-owned"])
+def test_engine_files_a_stranger_may_have_written_are_refused(
+    engines: Path, server_factory: list[Server], fault: str
+) -> None:
+    """Before: a file anyone may write, or one a stranger owns, was loaded and served."""
+    publish(engines, {})  # version 2: the same engines, published anew
+    if fault == "world-writable":
+        target, reason = engines / VOICE / "2" / "acoustic.onnx", "writable by anyone (mode 0666)"
+        target.chmod(0o666)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("giving a file to another user needs root")
+        target, reason = engines / VOICE / "2" / "vocoder.onnx", "owned by user 54321"
+        os.chown(target, 54321, 54321)
+    srv = _start(engines, server_factory)
+    state = engines_state(srv)
+    assert state["current"] == "1"
+    assert state["rejected"] == [{"version": 2, "file": target.name,
+                                  "reason": state["rejected"][0]["reason"]}]  # fmt: skip
+    assert reason in state["rejected"][0]["reason"]
+    assert srv.synth("The trusted version.", **DET).headers["x-engine-version"] == "1"
+    # mended, it is judged again and served
+    if fault == "world-writable":
+        target.chmod(0o644)
+    else:
+        os.chown(target, 0, 0)
+    wait_engines(srv, lambda s: s["current"] == "2", "version 2 once mended")
+
+
+def test_a_voice_directory_that_leads_out_of_the_engines_directory_is_refused(
+    engines: Path, server_factory: list[Server], tmp_path: Path
+) -> None:
+    """Before: a voice directory symlinked to a place outside the engines root was served."""
+    outside = tmp_path / "elsewhere" / "en_US-elsewhere-medium"
+    shutil.copytree(engines / VOICE, outside)
+    (engines / outside.name).symlink_to(outside, target_is_directory=True)
+    srv = _start(engines, server_factory)
+
+    def elsewhere() -> dict[str, object]:
+        listed = srv.client.get("/voices").json()["voices"]
+        return next((v for v in listed if v["name"] == outside.name), {})
+
+    entry = wait_until(srv, elsewhere, lambda v: bool(v and v["engines"]["rejected"]),
+                       "the linked voice judged")  # fmt: skip
+    assert entry["state"] == "no_engine" and entry["engines"]["current"] is None
+    (rejected,) = entry["engines"]["rejected"]
+    assert rejected["reason"].startswith("voice directory: leads outside the engines directory")
+    refused = srv.client.post("/synthesize", json={"text": "Hi.", "voice": outside.name})
+    assert refused.status_code == 503

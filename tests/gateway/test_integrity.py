@@ -312,3 +312,41 @@ def test_requests_on_frozen_workers_fail_fast(
         _assert_quiet(srv)
     finally:
         srv.stop()
+
+
+def _gateway_usage(srv: Server) -> tuple[int, int]:
+    """The gateway process's threads and open file descriptors."""
+    status = Path(f"/proc/{srv.proc.pid}/status").read_text()
+    found = re.search(r"^Threads:\s+(\d+)", status, re.M)
+    assert found is not None
+    return int(found.group(1)), sum(1 for _ in Path(f"/proc/{srv.proc.pid}/fd").iterdir())
+
+
+def _kill_and_wait_respawn(srv: Server) -> None:
+    """SIGKILL the worker and wait for its replacement's READY (a log event: bounded probes)."""
+    (victim,) = srv.worker_pids()
+    readies = sum(e["event"] == "worker_ready" for e in _events(srv))
+    os.kill(victim, signal.SIGKILL)
+    _until(srv, lambda: sum(e["event"] == "worker_ready" for e in _events(srv)) > readies
+           and srv.worker_pids() not in ([], [victim]), "the respawned worker's READY")  # fmt: skip
+
+
+def test_worker_deaths_leave_no_threads_or_descriptors_in_the_gateway(
+    default_version: EngineVersion, engines_root: Path
+) -> None:
+    """Before: each death left its sender thread, its end of the pipe and the process's two
+    sentinel pipes behind (20 kills: 13 -> 33 threads, 24 -> 84 descriptors)."""
+    srv = Server(engines_root, "--workers", "1")
+    try:
+        srv.wait_ready(1)
+        _kill_and_wait_respawn(srv)  # whatever a first respawn creates once (executor threads)
+        threads, fds = _gateway_usage(srv)
+        for _ in range(20):
+            _kill_and_wait_respawn(srv)
+        after = _gateway_usage(srv)
+        # a leak is 20 threads and 60 descriptors; an HTTP connection or a pool thread is not
+        assert after[0] <= threads + 2 and after[1] <= fds + 4, ((threads, fds), after)
+        srv.wait_ready(1)
+        assert srv.synth("Still speaking after twenty deaths.").status_code == 200
+    finally:
+        srv.stop()

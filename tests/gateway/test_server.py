@@ -103,6 +103,18 @@ def test_invalid_input_gets_documented_4xx(
     data = r.json()
     assert data["type"] == err_type and data["error"]
     assert data.get("field") == field
+    # the id of its completion line, also for a refusal a worker made (before: an emoji's 422
+    # had none)
+    assert r.headers["x-request-id"]
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_speed_that_is_not_a_number_is_named_as_such(server: Server, value: str) -> None:
+    """Python's JSON parser takes NaN and Infinity; before, NaN was told it must be <= 4."""
+    r = server.client.post("/synthesize", content=f'{{"text": "hi", "speed": {value}}}',
+                           headers={"content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 422 and r.json()["field"] == "speed"
+    assert r.json()["error"] == "speed: Input should be a finite number"
 
 
 def _error_lines(server: Server) -> list[str]:
@@ -237,6 +249,10 @@ def test_overload_gets_429_with_retry_after(
                 assert busy.status_code == 429
                 assert busy.headers["retry-after"] == "1"
                 assert busy.json()["type"] == "overloaded"
+                # nothing to say is known at once: its 422, not a 429 for a slot it never needs
+                empty = srv.synth(" \n\t ")
+                assert empty.status_code == 422 and empty.json()["type"] == "empty_text"
+                assert empty.headers["x-request-id"]
             # leaving the block disconnects mid-stream: the gateway must notice and free the slot
         srv.wait_idle()
         assert srv.synth("Room again.").status_code == 200

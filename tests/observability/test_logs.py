@@ -7,6 +7,8 @@ import logging
 import os
 import pty
 import select
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from typing import TextIO
@@ -96,3 +98,38 @@ def test_the_setting_forces_either_format(terminal: tuple[TextIO, int]) -> None:
         lines = file.read().splitlines()
     assert len(lines) == 2 and "request_done" in lines[0] and "uid=req-7" in lines[0]
     assert not lines[0].startswith("{")
+
+
+STRAY = """
+import os, sys, threading, warnings
+from ttsvc.observability.logs import capture_stray_output, configure_logging
+configure_logging("info", sys.stdout, "json")
+relay = capture_stray_output(native=True)
+warnings.warn("a library's warning")
+print("plain text on stderr", file=sys.stderr)
+os.write(2, b"a native library's line\\n")
+thread = threading.Thread(target=lambda: 1 / 0, name="compute-1")
+thread.start()
+thread.join()
+relay.close()
+raise RuntimeError("the end of the process")
+"""
+
+
+def test_every_line_a_json_process_writes_is_a_json_object() -> None:
+    """What used to reach the log stream raw: a Python warning, text printed to stderr, a
+    native library's line, a thread's exception, the process's own last traceback."""
+    result = subprocess.run([sys.executable, "-c", STRAY], capture_output=True, text=True,
+                            timeout=60, check=False)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == ""
+    lines = _json_lines(result.stdout.splitlines())
+    by_event = {str(line["event"]): line for line in lines}
+    assert "a library's warning" in str(by_event)  # logged through py.warnings
+    assert by_event["stderr"]["line"] == "plain text on stderr"
+    assert by_event["native_stderr"]["line"] == "a native library's line"
+    assert "ZeroDivisionError" in str(by_event["thread_exception"]["exception"])
+    assert by_event["thread_exception"]["thread"] == "compute-1"
+    last = by_event["uncaught_exception"]
+    assert "RuntimeError: the end of the process" in str(last["exception"])
+    assert last["level"] == "critical"

@@ -14,6 +14,7 @@ from ttsvc.protocol import (
     EngineSpec,
     EnginesSwapped,
     Heartbeat,
+    StartFailed,
     StreamDone,
     SynthesisJob,
     WorkerReady,
@@ -127,3 +128,41 @@ def test_the_pool_picks_for_the_gateway_and_says_which_versions_serve_a_voice(po
     assert pool.pool.serving("other") == ([], [])
     assert pool.pool.pick("voice") == (0, 1)  # the load counts the stream picked
     assert pool.pool.pick("voice") == (0, 2)
+
+
+def _failed(label: str = LABEL) -> StartFailed:
+    return StartFailed(0, "voice", label, "acoustic.onnx: ONNX Runtime could not load it")
+
+
+def test_a_start_no_worker_survives_holds_the_worker_for_other_engines(pool: Pool) -> None:
+    """The engines every worker starts on cannot serve: respawning onto them again would loop
+    for ever. The worker waits, the lifecycle is told, and a retarget starts it on others."""
+    told: list[StartFailed] = []
+    pool.pool.on_start_failed = told.append
+    handle = pool.handle(0)
+    assert pool.pool._judge_start(handle, _failed())
+    assert told == [_failed()] and pool.pool.held_for("voice")
+    assert pool.pool.restarts == 1
+    older = EngineSpec("0", "voice", 0, "", {}, (), "{}", "")
+    pool.pool.retarget(older)
+    assert pool.pool.spec.engine is older and pool.pool.spec.voices["voice"] is older
+    assert not pool.pool.held_for("voice")
+
+
+def test_a_start_failure_on_engines_another_worker_serves_is_the_process_s_own(
+    pool: Pool,
+) -> None:
+    told: list[StartFailed] = []
+    pool.pool.on_start_failed = told.append
+    serving = pool.handle(1)
+    pool.pool._on_message(serving, WorkerReady(1, "voice", LABEL, 22050, capacity=3.0))
+    serving.specs["voice"] = LABEL
+    assert not pool.pool._judge_start(pool.handle(0), _failed())  # respawned as after a crash
+    assert told == [] and not pool.pool.held_for("voice")
+
+
+def test_a_start_failure_on_engines_replaced_meanwhile_respawns_at_once(pool: Pool) -> None:
+    told: list[StartFailed] = []
+    pool.pool.on_start_failed = told.append
+    assert pool.pool._judge_start(pool.handle(0), _failed("2"))  # it started on version 2
+    assert told == [] and not pool.pool.held_for("voice")  # the spec already says version 1

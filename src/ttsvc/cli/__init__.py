@@ -18,7 +18,7 @@ from ttsvc.cli.serve import add_serve, cmd_serve
 from ttsvc.cli.synth import add_synth, cmd_synth
 from ttsvc.config import Settings
 from ttsvc.errors import TTSError
-from ttsvc.observability.logs import configure_logging
+from ttsvc.observability.logs import capture_stray_output, configure_logging, get_logger
 
 # the docstring above is the top-level --help; each subcommand's flags and command are in its
 # own module (compile, synth, serve, keys, engines), the shared argument helpers in args
@@ -47,8 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ttsvc: invalid settings: {exc}", file=sys.stderr)
         return 2
     # the service's logs are its output (stdout, for Loki); other commands keep stdout for results
-    configure_logging(settings.log_level, sys.stdout if args.command == "serve" else None,
-                      settings.log_format)  # fmt: skip
+    serving = args.command == "serve"
+    chosen = configure_logging(settings.log_level, sys.stdout if serving else None,
+                               settings.log_format)  # fmt: skip
+    if serving and chosen == "json":
+        capture_stray_output()  # a traceback or a warning must not break Loki's JSON lines
     commands = {
         "compile": cmd_compile,
         "synth": cmd_synth,
@@ -59,5 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return commands[args.command](args, settings)
     except TTSError as exc:
-        print(f"ttsvc {args.command}: {exc.message}", file=sys.stderr)
+        if serving and chosen == "json":  # a log collector reads JSON lines: say it in one
+            get_logger("serve").error("serve_failed", error=exc.message, type=exc.type)
+        else:
+            print(f"ttsvc {args.command}: {exc.message}", file=sys.stderr)
         return 1

@@ -40,7 +40,10 @@ _FLAG_FIELDS = {"engines_dir": "engines_dir", "voice": "voice", "threads": "thre
                 "default_audio_s_per_min": "default_audio_s_per_min",
                 "default_key_streams": "default_key_streams", "max_audio_s": "max_audio_s",
                 "api_docs": "api_docs", "log_format": "log_format",
-                "cors_origins": "cors_origins", "voice_memory_mb": "voice_memory_mb"}  # fmt: skip
+                "cors_origins": "cors_origins", "voice_memory_mb": "voice_memory_mb",
+                "worker_memory_mb": "worker_memory_mb", "wyoming_host": "wyoming_host",
+                "wyoming_allow": "wyoming_allow",
+                "wyoming_max_connections": "wyoming_max_connections"}  # fmt: skip
 
 
 def _settings_default(field: str) -> str | None:

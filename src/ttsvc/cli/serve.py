@@ -28,6 +28,15 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--wyoming-port", type=int, default=None,
                    help="serve the Wyoming protocol (Home Assistant) on this port, on --host, "
                    "with no authentication (default 0: off; Home Assistant's usual is 10200)")
+    p.add_argument("--wyoming-host", default=None,
+                   help="address of the Wyoming port (default: --host); it has no credentials, "
+                   "so it may stay on a private interface while the API is public")
+    p.add_argument("--wyoming-allow", action="append", default=None, metavar="NETWORK",
+                   help="a client address or network that may connect to the Wyoming port "
+                   "(default: any; repeatable)")
+    p.add_argument("--wyoming-max-connections", type=int, default=None,
+                   help="Wyoming connections open at once; one more is refused with an error "
+                   "event")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: from the CPUs, see --cpus: 1 up to 4 CPUs, "
                    "then ceil(cpus / 4); one per CPU with --scheduler legacy)")
@@ -95,6 +104,11 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--voice-memory-mb", type=float, default=None,
                    help="megabytes the voices a worker holds may take (a medium voice: about "
                    "140); past it the least recently used voice is let go (0: no limit)")
+    p.add_argument("--worker-memory-mb", type=float, default=None,
+                   help="most memory one worker process may take (its data-size limit); past "
+                   "it the worker fails its request or is replaced, never the whole service "
+                   "(default: --voice-memory-mb + 1024, within a container memory limit at most "
+                   "its share; 0: no cap)")
     document_defaults(p)
 
 
@@ -111,6 +125,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         port=settings.port,
         metrics_port=settings.metrics_port,
         wyoming_port=settings.wyoming_port or None,
+        wyoming_host=(settings.wyoming_host or settings.host) if settings.wyoming_port else None,
         workers=settings.workers,
         compute_threads=settings.compute_threads,
         split=f"{settings.workers}x{settings.compute_threads}",  # processes x threads

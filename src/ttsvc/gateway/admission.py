@@ -1,10 +1,10 @@
 """Admission: whether a synthesis request may start, and on which worker.
 
 Every API's request passes the same checks in the same order before anything is dispatched —
-the drain, the text cap, a voice with verified engines, the output rate, the key's quota and
-its share of the slots, the shared slots, then the pool's pick — so a refusal is the same 4xx or
-503 whichever API was called, and a key's quota is refunded when the service, not the key,
-refuses.
+the drain, the text cap and an empty text, a voice with verified engines, the output rate, the
+key's quota and its share of the slots, the shared slots, then the pool's pick — so a refusal is
+the same 4xx or 503 whichever API was called, and a key's quota is refunded when the service,
+not the key, refuses.
 """
 
 from __future__ import annotations
@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from starlette.requests import HTTPConnection
 
 from ttsvc.audio.encode import Encoder
-from ttsvc.errors import Busy, Draining, EngineError, InvalidParameter, TextTooLong
+from ttsvc.errors import (
+    Busy,
+    Draining,
+    EngineError,
+    InvalidParameter,
+    NothingToSay,
+    TextTooLong,
+)
 from ttsvc.gateway.models import SpeechOrder
 from ttsvc.gateway.ratelimit import Ticket
 from ttsvc.gateway.state import GatewayState
@@ -37,14 +44,16 @@ class Admitted:
 
 
 def admit(state: GatewayState, order: SpeechOrder, request: HTTPConnection) -> Admitted:
-    """Admit ``order`` or raise its refusal (drain, text cap, engines, rate, key quota, slots,
-    no worker)."""
+    """Admit ``order`` or raise its refusal (drain, text cap, empty text, engines, rate, key
+    quota, slots, no worker)."""
     settings = state.settings
     if state.draining:
         raise Draining("the server is shutting down")
+    field = "input" if order.api == "openai" else "text"
     if len(order.text) > settings.max_text_chars:
-        field = "input" if order.api == "openai" else "text"
         raise TextTooLong(f"{field} is over {settings.max_text_chars} characters", field=field)
+    if not order.text.strip():  # known at once: it must not wait for (or be refused) a slot
+        raise NothingToSay(f"{field} is empty", field=field)
     pool = state.pool
     if pool is None:
         raise EngineError("no verified engine to serve yet: GET /voices says why")

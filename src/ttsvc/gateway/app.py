@@ -41,8 +41,9 @@ from ttsvc.gateway.state import GatewayState
 from ttsvc.observability.logs import get_logger
 from ttsvc.pool.handle import WorkerSpec
 from ttsvc.pool.supervisor import WorkerPool
-from ttsvc.protocol import EngineSpec
+from ttsvc.protocol import EngineSpec, StartFailed
 from ttsvc.repository.cache import EngineCache
+from ttsvc.repository.trust import TrustPolicy
 from ttsvc.worker.plan import ComputePlan
 
 log = get_logger("gateway")
@@ -76,13 +77,20 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
                                           settings.realtime_load,
                                           settings.step_floor_ms / 1000.0),
                               log_format=settings.log_format, voices={engine.voice: engine},
-                              voice_budget=int(settings.voice_memory_mb * 2**20))  # fmt: skip
-            pool = WorkerPool(spec, settings.workers, balancer, loop, state.metrics)
+                              voice_budget=int(settings.voice_memory_mb * 2**20),
+                              memory_bytes=int(settings.worker_memory_mb * 2**20))  # fmt: skip
+            pool = WorkerPool(spec, settings.workers, balancer, loop, state.metrics,
+                              on_start_failed=start_failed)  # fmt: skip
             state.pool = pool
             pool.start()
             if state.draining:
                 pool.stop_respawning()
             return pool
+
+        def start_failed(failed: StartFailed) -> None:
+            """Workers could not start on a version: its voice's swapper judges it."""
+            if state.catalog is not None:
+                state.catalog.start_failed(failed)
 
         def swapper(name: str) -> EngineSwapper:
             # a cache per voice: a swap prunes the files its voice no longer needs, only those
@@ -90,8 +98,11 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
                                  settle_s=settings.watch_settle_s,
                                  polling=settings.watch_polling,
                                  swap_timeout_s=settings.swap_timeout_s, metrics=state.metrics,
-                                 start_pool=start_pool, running=lambda: state.pool)  # fmt: skip
+                                 start_pool=start_pool, running=lambda: state.pool,
+                                 trust=trust)  # fmt: skip
 
+        trust = await asyncio.to_thread(TrustPolicy.of, settings.engines_dir,
+                                        not settings.engine_trust_checks)  # fmt: skip
         if settings.engine_cache_dir is not None:  # files of the flat layout before voices
             await asyncio.to_thread(_drop_loose_files, scratch)
         catalog = VoiceCatalog(settings.engines_dir, voice, swapper,
@@ -116,7 +127,8 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             # imported here: its protocol library is loaded only where the port is on
             from ttsvc.gateway.wyoming import WyomingServer  # noqa: PLC0415
 
-            wyoming = WyomingServer(state, settings.host, settings.wyoming_port)
+            wyoming = WyomingServer(state, settings.wyoming_host or settings.host,
+                                    settings.wyoming_port)  # fmt: skip
             await wyoming.start()
         try:
             yield

@@ -21,7 +21,7 @@ from watchfiles import Change
 
 from ttsvc.gateway.hotswap import EngineSwapper
 from ttsvc.observability.logs import get_logger
-from ttsvc.protocol import EngineSpec
+from ttsvc.protocol import EngineSpec, StartFailed
 from ttsvc.repository.layout import STAGING_PREFIX
 from ttsvc.repository.watcher import watch_changes
 
@@ -125,6 +125,13 @@ class VoiceCatalog:
         for swapper in self.swappers.values():
             tasks.extend(swapper.background)
         return tasks
+
+    def start_failed(self, failed: StartFailed) -> None:
+        """Workers could not start on ``failed.voice``'s serving version: its swapper judges it
+        (the pool calls this, on the event loop)."""
+        swapper = self.swappers.get(failed.voice)
+        if swapper is not None:
+            swapper.start_failed(failed)
 
     def serving(self) -> dict[str, EngineSpec]:
         """Each voice's serving engines, for voices with a good version."""

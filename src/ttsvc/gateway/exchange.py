@@ -243,6 +243,7 @@ class SynthesisExchange:
             code = 200 if status == "ok" else _STATUS_OF.get(status, 503)
         self.state.complete(fields, code)
         self.request.state.recorded = True
+        self.request.state.request_id = self.job.uid  # an error answer after this carries it
 
 
 async def _client_gone(request: Request) -> None:

@@ -41,10 +41,11 @@ from ttsvc.errors import EngineError
 from ttsvc.observability.logs import get_logger
 from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.pool.supervisor import WorkerPool
-from ttsvc.protocol import EngineSpec
+from ttsvc.protocol import EngineSpec, StartFailed
 from ttsvc.repository.cache import EngineCache, snapshot
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.repository.manifest import MANIFEST_NAME
+from ttsvc.repository.trust import TrustPolicy
 from ttsvc.repository.watcher import (
     Digests,
     FileState,
@@ -78,8 +79,11 @@ class EngineSwapper:
         metrics: ServiceMetrics | None = None,
         start_pool: Callable[[EngineSpec], WorkerPool] | None = None,
         running: Callable[[], WorkerPool | None] | None = None,
+        trust: TrustPolicy | None = None,
     ) -> None:
         self.repo = EngineRepository(root)
+        self.trust = trust
+        """Who may own the files served and where they may lie (``None``: no such check)."""
         self.voice = voice
         self.cache = cache
         self.settle_s = settle_s
@@ -211,12 +215,20 @@ class EngineSwapper:
             judged: dict[object, Rejection] = {}
             visited: set[int] = set()
             for version in reversed(versions):
-                check = await asyncio.to_thread(check_version, version, self._digests)
+                check = await asyncio.to_thread(check_version, version, self._digests,
+                                                self.trust)  # fmt: skip
                 digests.update((k, self._digests[k]) for k in self._digest_keys(check))
                 serving = self.current is not None and version.path == self._source
                 if serving and check.states == self._states:
                     break  # the serving version, unchanged: nothing newer may serve
                 visited.add(version.version)
+                if (refusal := check.refusal()) is not None:  # whoever may write it chose it
+                    if check.key() not in self._judged:
+                        self._reject(refusal, version.path)
+                    judged[check.key()] = rejected[version.version] = refusal
+                    if serving:
+                        break  # the cached copy of what was verified keeps serving
+                    continue
                 wait = self._settle_wait(check, now, seen)
                 if wait > 0:
                     name, reason = next(iter(check.problems.items()))
@@ -283,15 +295,19 @@ class EngineSwapper:
             if self.pool is None:
                 self._serve_first(spec, check.states, directory)
                 return "swapped"
-        if (self.current is not None and spec.files == self.current.files
-                and spec.manifest == self.current.manifest):  # fmt: skip
-            self._states, self._source = check.states, directory  # same bytes: no reload
-            return "same"
-        key = (spec.manifest, *sorted(spec.files.items()))
+        key = _failure_key(spec)
         if (failed := self._failed.get(key)) is not None:
             if serving:
                 self._states = check.states
             return Rejection(version.version, failed.file, failed.reason)
+        if self.current is None and self.pool is not None and self.pool.held_for(self.voice):
+            # the version workers started on could not serve: they start on this one instead
+            self._serve_first(spec, check.states, directory)
+            return "swapped"
+        if (self.current is not None and spec.files == self.current.files
+                and spec.manifest == self.current.manifest):  # fmt: skip
+            self._states, self._source = check.states, directory  # same bytes: no reload
+            return "same"
         log.info("engine_candidate", voice=self.voice, source=str(directory),
                  replaced=list(spec.replaced))  # fmt: skip
         assert self.pool is not None
@@ -305,13 +321,7 @@ class EngineSwapper:
                 self.deferred = True
                 self._recheck(RETRY_S)
                 return "retry"
-            head, sep, tail = reply.reason.partition(": ")
-            file: str | None
-            if sep and (head in spec.files or head == MANIFEST_NAME):
-                file, reason = head, tail  # the worker named the file at fault
-            else:  # the set failed as a whole (the canary): suspect what was replaced
-                file, reason = ", ".join(spec.replaced) or None, reply.reason
-            rejection = Rejection(version.version, file, reason)
+            rejection = _judged(spec, reply.reason)
             self._failed[key] = rejection
             if serving:  # not judged again until its bytes change
                 self._states = check.states
@@ -338,14 +348,38 @@ class EngineSwapper:
         return "swapped"
 
     def _serve_first(self, spec: EngineSpec, states: States, directory: Path) -> None:
-        """The first good version: workers start on it (at start, or once one appears)."""
+        """The first good version: workers start on it (at start, once one appears, or after
+        the one they started on could not serve). Workers judge it as they start: one that
+        cannot load it or whose canary fails says so (``start_failed``)."""
         self.current = spec
         self._states, self._source = states, directory
         self._publish_info(spec)
         log.info("engine_serving", voice=self.voice, engine_version=spec.label,
                  source=str(directory))  # fmt: skip
-        if self.start_pool is not None and self.pool is None:
+        if self.pool is not None:
+            self.pool.retarget(spec)
+        elif self.start_pool is not None:
             self.pool = self.start_pool(spec)
+
+    def start_failed(self, failed: StartFailed) -> None:
+        """Workers could not start on this voice's serving version (it failed to load, or its
+        canary) and none serves it: reject it as a failed candidate is rejected, then serve the
+        next older good version (``rescan``). Called on the event loop by the pool."""
+        task = asyncio.ensure_future(self._fall_back(failed))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _fall_back(self, failed: StartFailed) -> None:
+        async with self._lock:
+            current = self.current
+            if current is None or current.label != failed.label:
+                return  # another worker's report of the same version, or replaced meanwhile
+            rejection = _judged(current, failed.reason)
+            self._failed[_failure_key(current)] = rejection
+            self._reject(rejection, Path(current.source), failed.detail)
+            self.current = None
+            self._states = self._source = None
+        await self._rescan_logged()
 
     def _reject(self, rejection: Rejection, directory: Path, detail: str = "") -> None:
         """Count and log a new rejection (once per distinct bytes)."""
@@ -357,3 +391,18 @@ class EngineSwapper:
                   file=rejection.file, reason=rejection.reason, detail=detail or None,
                   source=str(directory),
                   serving=self.current.label if self.current else None)  # fmt: skip
+
+
+def _failure_key(spec: EngineSpec) -> tuple[str, ...]:
+    """What a judgement of a spec's files holds for: its manifest and the bytes it names."""
+    return (spec.manifest, *(f"{name}:{sha}" for name, sha in sorted(spec.files.items())))
+
+
+def _judged(spec: EngineSpec, reason: str) -> Rejection:
+    """The rejection of ``spec`` a worker's reason makes: ``file: reason`` where the worker
+    named the file at fault, else (the set failed as a whole: the canary) the files replaced in
+    place are suspected."""
+    head, sep, tail = reason.partition(": ")
+    if sep and (head in spec.files or head == MANIFEST_NAME):
+        return Rejection(spec.version, head, tail)
+    return Rejection(spec.version, ", ".join(spec.replaced) or None, reason)

@@ -55,11 +55,16 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         received = 0
-        answered = False
+        answered = whole = False
 
         async def counted() -> Message:
-            nonlocal received, answered
+            nonlocal received, answered, whole
             message = await receive()
+            if message["type"] == "http.disconnect" and not (answered or whole):
+                # the client left mid-upload: a disconnect, not a bad body (``http_error``)
+                scope.setdefault("state", {})["body_cut"] = True
+            if message["type"] == "http.request":
+                whole = not message.get("more_body", False)
             if message["type"] == "http.request" and not answered:
                 received += len(message.get("body", b""))
                 if received > self.limit:

@@ -17,7 +17,13 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection
 
-from ttsvc.errors import InvalidJson, InvalidParameter, RequestTimeout, TTSError
+from ttsvc.errors import (
+    ClientClosedRequest,
+    InvalidJson,
+    InvalidParameter,
+    RequestTimeout,
+    TTSError,
+)
 from ttsvc.gateway.openai_compat import openai_error
 from ttsvc.gateway.state import GatewayState
 
@@ -53,10 +59,12 @@ def error_response(
     """Answer a synthesis request that produced no audio, and record it once."""
     recorded = getattr(request.state, "recorded", False)  # an exchange already logged it
     if request.url.path in SYNTHESIS_PATHS and not recorded:
-        uid = record_refusal(state, request, body, status, _started(request),
-                             getattr(request.state, "text_len", None))  # fmt: skip
+        request.state.request_id = record_refusal(state, request, body, status,
+                                                  _started(request),
+                                                  getattr(request.state, "text_len", None))
         request.state.recorded = True  # a later error of the same request (a 400 after a 413)
-        headers = {**(headers or {}), "X-Request-Id": uid}
+    if (uid := getattr(request.state, "request_id", None)) is not None:
+        headers = {**(headers or {}), "X-Request-Id": uid}  # the id its log line carries
     if request.url.path.startswith("/v1/"):
         return JSONResponse(openai_error(body), status_code=status, headers=headers)
     return JSONResponse(body, status_code=status, headers=headers)
@@ -107,6 +115,11 @@ async def http_error(state: GatewayState, request: Request, exc: HTTPException) 
         # the connection already answered 408 and closed; the failed body read lands here
         timeout = RequestTimeout("the request body took too long")
         return error_response(state, request, timeout.to_body(), timeout.status)
+    if getattr(request.state, "body_cut", False):
+        # the client left before its body arrived (FastAPI turns the failed read into a 400):
+        # a disconnect (499), not a body that is not JSON
+        gone = ClientClosedRequest("the client closed the connection before its body arrived")
+        return error_response(state, request, gone.to_body(), gone.status)
     kind = _HTTP_TYPES.get(exc.status_code, "http_error")
     body = {"error": _HTTP_MESSAGES.get(kind, str(exc.detail)), "type": kind}
     if kind == "invalid_json":

@@ -119,11 +119,12 @@ def claim_ports(settings: Settings) -> Settings:
     except OSError as exc:
         raise _unavailable(settings.host, settings.port, "--port or TTSVC_PORT", exc) from None
     if settings.wyoming_port:
+        host = settings.wyoming_host or settings.host
         try:
-            _try_bind(settings.host, settings.wyoming_port)
+            _try_bind(host, settings.wyoming_port)
         except OSError as exc:
             flag = "--wyoming-port or TTSVC_WYOMING_PORT (0: off)"
-            raise _unavailable(settings.host, settings.wyoming_port, flag, exc) from None
+            raise _unavailable(host, settings.wyoming_port, flag, exc) from None
     if not settings.metrics_port:
         return settings
     try:

@@ -14,28 +14,37 @@ request a Wyoming synthesis becomes; one connection's events are handled in
 ``wyoming_handler``.
 
 The protocol carries no credentials: with API keys on, Wyoming requests are charged to a key
-named ``wyoming`` with the default quota, like any key whose line sets none.
+named ``wyoming`` with the default quota, like any key whose line sets none. So the listener is
+the service's most exposed side and is bounded on every axis: its own address
+(``wyoming_host``), an allow-list of client networks (``wyoming_allow``), a cap on connections
+open at once (``wyoming_max_connections``), and each event's size and arrival time
+(``wyoming_events``). A connection refused or closed for any of them is told why in an ``error``
+event where one can still be sent, and counted (``ttsvc_wyoming_closed_total``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 
 from starlette.requests import Request
 from starlette.types import Message, Scope
+from wyoming.error import Error
+from wyoming.event import async_write_event
 from wyoming.info import Attribution, Info, TtsProgram, TtsVoice, TtsVoiceSpeaker
-from wyoming.server import AsyncTcpServer
 from wyoming.tts import SynthesizeVoice
 
 from ttsvc import __version__
 from ttsvc.backends.base import EngineSource
-from ttsvc.errors import InvalidParameter, UnknownVoice
+from ttsvc.errors import Busy, Forbidden, InvalidParameter, TTSError, UnknownVoice
 from ttsvc.gateway.auth import ApiKey
 from ttsvc.gateway.state import GatewayState
+from ttsvc.gateway.wyoming_events import EventLimits
 from ttsvc.gateway.wyoming_handler import WyomingHandler
 from ttsvc.observability.logs import get_logger
 from ttsvc.protocol import EngineSpec
@@ -60,29 +69,70 @@ class WyomingServer:
     """The gateway's Wyoming listener (``--wyoming-port``); one handler per connection."""
 
     def __init__(self, state: GatewayState, host: str, port: int) -> None:
+        settings = state.settings
         self.state = state
         self.host = host
         self.port = port
-        self._server = AsyncTcpServer(host, port)
+        self.limits = EventLimits(settings.max_body_bytes, settings.wyoming_idle_timeout_s,
+                                  settings.header_timeout_s, settings.body_timeout_s)  # fmt: skip
+        self.allowed = [ip_network(net, strict=False) for net in settings.wyoming_allow]
+        """Client networks that may connect (empty: any)."""
+        self.max_connections = settings.wyoming_max_connections
+        self._server: asyncio.Server | None = None
         self.handlers: set[WyomingHandler] = set()
         """Connections open now."""
         self._configs: dict[tuple[str, str], dict[str, object]] = {}
 
     async def start(self) -> None:
-        def connected(reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> WyomingHandler:  # fmt: skip
-            handler = WyomingHandler(self, reader, writer)
-            self.handlers.add(handler)
-            return handler
+        # the stream limit caps a header line (readuntil refuses a longer one)
+        self._server = await asyncio.start_server(self._connected, self.host, self.port,
+                                                  limit=self.limits.max_bytes)  # fmt: skip
+        log.info("wyoming_listening", host=self.host, port=self.port, authenticated=False,
+                 allow=[str(n) for n in self.allowed] or "any",
+                 max_connections=self.max_connections)  # fmt: skip
 
-        await self._server.start(connected)
-        log.info("wyoming_listening", host=self.host, port=self.port,
-                 authenticated=False)  # fmt: skip
+    async def _connected(self, reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter) -> None:  # fmt: skip
+        """One connection: refused at once (allow-list, connection cap) or served to its end."""
+        peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        refusal: TTSError | None = None
+        if self.allowed and not _allowed(address, self.allowed):
+            refusal = Forbidden(f"client {address} is not allowed to connect (wyoming_allow)")
+        elif len(self.handlers) >= self.max_connections:
+            refusal = Busy(f"{self.max_connections} Wyoming connections are open already; "
+                           "retry shortly")  # fmt: skip
+        if refusal is not None:
+            self.closed(refusal.type)
+            log.warning("wyoming_refused", client=address, reason=refusal.type)
+            with contextlib.suppress(OSError, RuntimeError):
+                await async_write_event(Error(text=refusal.message, code=refusal.type).event(),
+                                        writer)  # fmt: skip
+            writer.close()
+            return
+        handler = WyomingHandler(self, reader, writer)
+        self.handlers.add(handler)
+        self.state.metrics.wyoming_connections.inc()
+        try:
+            await handler.run()
+        finally:
+            self.state.metrics.wyoming_connections.dec()
+
+    def closed(self, reason: str) -> None:
+        """Count a connection the server ended because of its client (``reason``: an error
+        ``type``, or ``idle``)."""
+        self.state.metrics.wyoming_closed.labels(reason).inc()
 
     async def stop(self) -> None:
         """Stop listening and end every connection (their requests are cancelled)."""
-        await self._server.stop()
-        await asyncio.gather(*(h.disconnect() for h in list(self.handlers)))
+        if self._server is not None:
+            self._server.close()
+        handlers = list(self.handlers)
+        await asyncio.gather(*(h.disconnect() for h in handlers))
+        for handler in handlers:
+            handler.writer.close()
+        if self._server is not None:
+            await self._server.wait_closed()
 
     async def config(self, spec: EngineSpec) -> dict[str, object]:
         """A served engine version's Piper config (read once, off the event loop)."""
@@ -179,3 +229,15 @@ class WyomingServer:
             request.state.key = ApiKey(WYOMING_KEY, b"", keys.default)
             request.state.key_name = WYOMING_KEY
         return request
+
+
+def _allowed(address: str, networks: list[IPv4Network | IPv6Network]) -> bool:
+    """Whether the client ``address`` is in one of ``networks`` (an IPv4 client reaching an
+    IPv6 listener is matched by its IPv4 address)."""
+    try:
+        ip = ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(ip, IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip.version == net.version and ip in net for net in networks)

@@ -45,6 +45,7 @@ from ttsvc.gateway.encoding import ExchangeStreamingResponse, synthesis_response
 from ttsvc.gateway.exchange import WorkerReportedError
 from ttsvc.gateway.models import SpeechOrder
 from ttsvc.gateway.responses import error_response
+from ttsvc.gateway.wyoming_events import EventReader, IdleConnection
 from ttsvc.observability.logs import get_logger
 from ttsvc.text.incremental import SentenceBuffer
 
@@ -123,12 +124,41 @@ class WyomingHandler(AsyncEventHandler):
         self.buffer: SentenceBuffer | None = None
         """The open text stream's sentences (``None``: no stream open)."""
         self.work: asyncio.Queue[_Work] = asyncio.Queue()
+        self.speaking = False
+        """The speaker task is doing a piece of work now (a reply is being spoken)."""
         self.gone = asyncio.Event()
         self.speaker = asyncio.ensure_future(self._speak())
         # the stream being answered: its voice, whether audio-start went out, audio sent so far
         self.voice: Voice | None = None
         self.started = False
         self.sent_s = 0.0
+
+    def busy(self) -> bool:
+        """Whether the client is waiting on this connection (a reply is spoken or queued): the
+        idle timeout runs only while it is not."""
+        return self.speaking or not self.work.empty()
+
+    async def run(self) -> None:
+        """Read events within the server's limits (``wyoming_events``) until the client ends the
+        connection, goes idle, sends what is refused, or the server stops it."""
+        events = EventReader(self.reader, self.server.limits, self.busy)
+        self._is_running = True
+        try:
+            while self._is_running:
+                try:
+                    event = await events.next()
+                except IdleConnection:
+                    self.server.closed("idle")
+                    break
+                except TTSError as exc:  # too large, not JSON, sent too slowly
+                    self.server.closed(exc.type)
+                    await self._fail(exc.type, exc.message)
+                    break
+                if event is None or not await self.handle_event(event):
+                    break
+        finally:
+            await self.disconnect()
+            self.writer.close()
 
     async def handle_event(self, event: Event) -> bool:
         if self.speaker.done():  # it failed and said so: nothing more on this connection
@@ -181,7 +211,10 @@ class WyomingHandler(AsyncEventHandler):
     async def _speak(self) -> None:
         try:
             while True:
-                await self._do(await self.work.get())
+                work = await self.work.get()
+                self.speaking = True
+                await self._do(work)
+                self.speaking = False
         except ConnectionGone:
             pass
         except TTSError as exc:

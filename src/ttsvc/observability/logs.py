@@ -10,8 +10,12 @@ and JSON escaping keeps control characters from breaking a line.
 
 from __future__ import annotations
 
+import io
 import logging
+import os
 import sys
+import threading
+from types import TracebackType
 from typing import TextIO
 
 import structlog
@@ -41,9 +45,10 @@ def resolve_format(log_format: str, stream: TextIO) -> str:
 
 def configure_logging(
     level: str = "info", stream: TextIO | None = None, log_format: str = "auto"
-) -> None:
+) -> str:
     """Log lines to ``stream`` (default stderr, so a command's own output keeps stdout), in
-    the format ``log_format`` (``auto``, ``json`` or ``console``) resolves to for it."""
+    the format ``log_format`` (``auto``, ``json`` or ``console``) resolves to for it; returns
+    that format."""
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         numeric = logging.INFO
@@ -76,6 +81,7 @@ def configure_logging(
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers[:] = []  # propagate to the handler above
         logging.getLogger(name).propagate = True
+    return resolve_format(log_format, out)
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
@@ -86,3 +92,88 @@ def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
     """
     logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(component=name)
     return logger
+
+
+class _JsonLines(io.TextIOBase):
+    """A text stream whose every complete line becomes one log event (``event``: ``name``,
+    the text in ``line``): what is left of ``sys.stderr`` once exceptions and warnings have
+    their own events, so that nothing a process prints breaks its JSON log."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self._name = name
+        self._pending = ""
+        self._lock = threading.Lock()
+        self._log = get_logger("process")
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._pending += text
+            *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            if line.strip():
+                self._log.warning(self._name, line=line)
+        return len(text)
+
+
+def _log_uncaught(kind: type[BaseException], value: BaseException,
+                  tb: TracebackType | None) -> None:  # fmt: skip
+    get_logger("process").critical("uncaught_exception", exc_info=(kind, value, tb))
+
+
+def _log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        return  # as the default hook: a thread that exits on purpose
+    assert args.exc_value is not None
+    get_logger("process").error(
+        "thread_exception", thread=args.thread.name if args.thread else None,
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback))  # fmt: skip
+
+
+class NativeRelay:
+    """File descriptor 2 made a pipe, whose lines a thread turns into log events: what native
+    libraries write there (ONNX Runtime's own logger) joins the JSON log. ``close`` puts the old
+    descriptor back and waits for the lines still in the pipe, so a process that ends on purpose
+    loses none (one that dies abruptly may)."""
+
+    def __init__(self) -> None:
+        self._saved = os.dup(2)
+        read, write = os.pipe()
+        os.dup2(write, 2)
+        os.close(write)
+        self._thread = threading.Thread(target=self._relay, args=(read,), name="stderr-relay",
+                                        daemon=True)  # fmt: skip
+        self._thread.start()
+
+    @staticmethod
+    def _relay(fd: int) -> None:
+        log = get_logger("process")
+        with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as pipe:
+            for line in pipe:
+                if line.strip():
+                    log.warning("native_stderr", line=line.rstrip("\n"))
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Restore file descriptor 2 and relay what is left in the pipe (bounded wait)."""
+        os.dup2(self._saved, 2)  # the pipe's last write end closes: the relay reads its end
+        os.close(self._saved)
+        self._thread.join(timeout)
+
+
+def capture_stray_output(native: bool = False) -> NativeRelay | None:
+    """Make what a process writes outside its logger into log events, for a JSON log: an
+    uncaught exception (in any thread) is one event with its traceback inside, a Python
+    warning goes through ``logging``, and any other line written to ``sys.stderr`` is an
+    event of its own. ``native``: also what native libraries write to file descriptor 2,
+    through a ``NativeRelay`` (returned: close it before the process ends).
+
+    Called by the service's processes after ``configure_logging`` chose JSON, never at import.
+    """
+    sys.excepthook = _log_uncaught
+    threading.excepthook = _log_thread_exception
+    logging.captureWarnings(True)
+    sys.stderr = _JsonLines("stderr")
+    return NativeRelay() if native else None

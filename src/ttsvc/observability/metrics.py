@@ -76,6 +76,13 @@ class ServiceMetrics:
                                      registry=r)  # fmt: skip
         self.characters = Counter("ttsvc_characters", "Characters of text synthesized",
                                   registry=r)  # fmt: skip
+        self.wyoming_connections = Gauge("ttsvc_wyoming_connections",
+                                         "Wyoming connections open now", registry=r)  # fmt: skip
+        self.wyoming_closed = Counter("ttsvc_wyoming_closed",
+                                      "Wyoming connections the server refused or closed because "
+                                      "of the client, by reason: idle, forbidden, overloaded "
+                                      "(connection cap), invalid_json, payload_too_large, "
+                                      "request_timeout", ["reason"], registry=r)  # fmt: skip
         self.websocket_sessions = Gauge("ttsvc_websocket_sessions",
                                         "WebSocket sessions of incremental text open now",
                                         registry=r)  # fmt: skip

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
-from ttsvc.protocol import EngineSpec, ToWorker, WorkerReady
+from ttsvc.protocol import EngineSpec, StartFailed, ToWorker, WorkerReady
 from ttsvc.windows import WindowSchedule
 from ttsvc.worker.plan import ComputePlan
 
@@ -45,6 +45,8 @@ class WorkerSpec:
     voice_budget: int = 0
     """Engine bytes a worker may hold loaded at once (0: no limit): past it, it lets go of the
     voice it used least recently."""
+    memory_bytes: int = 0
+    """Each worker's cap on its own memory (0: none; ``ttsvc.worker.limits``)."""
 
 
 def usable_rate(value: float) -> float:
@@ -108,6 +110,23 @@ class WorkerHandle:
     anything is sent to it or it answers, and a heartbeat sets it only while the pool has no
     stream or swap out on the worker (one sent before the worker received them may arrive
     after they were sent)."""
+
+    start_failed: StartFailed | None = None
+    """Why the engines it was started on could not serve (it exits after saying so)."""
+    exitcode: int | None = None
+    """Set once the pool has handled the worker's exit and released its process object
+    (``supervisor._release``): from then on it cannot be killed or joined, nor need be."""
+
+    @property
+    def running(self) -> bool:
+        """The process is alive (not known to have exited)."""
+        return self.exitcode is None and self.process.is_alive()
+
+    def kill(self) -> None:
+        """SIGKILL the worker (its exit then runs the pool's death path); nothing once its exit
+        was handled."""
+        if self.exitcode is None:
+            self.process.kill()
 
     def send(self, msg: ToWorker) -> None:
         """Queue ``msg`` for the worker's sender thread; whatever it asks, the worker is no

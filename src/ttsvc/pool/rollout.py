@@ -77,7 +77,7 @@ class Rollouts:
         for wid, reply in zip(others, replies, strict=True):
             if not reply.ok and wid in self.workers:
                 log.warning("worker_swap_failed", worker=wid, reason=reply.reason)
-                self.workers[wid].process.kill()  # respawns onto the verified candidate
+                self.workers[wid].kill()  # respawns onto the verified candidate
         return first
 
     async def _swap_one(
@@ -96,7 +96,7 @@ class Rollouts:
             reply = await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:
             # it may still switch later: replace it, so it respawns on the last good engines
-            handle.process.kill()
+            handle.kill()
             reply = EnginesSwapped(-1, engine.label, False, f"no answer in {timeout:g} s")
         finally:
             self._pending.pop(wid, None)

@@ -12,6 +12,7 @@ import asyncio
 import multiprocessing as mp
 import threading
 import time
+from collections.abc import Callable
 
 from ttsvc.balancer import HeatScoreBalancer
 from ttsvc.errors import TTSError, WorkerLost, WorkerStalled, WorkerUnresponsive
@@ -27,6 +28,7 @@ from ttsvc.protocol import (
     FromWorker,
     Heartbeat,
     Shutdown,
+    StartFailed,
     StreamDone,
     StreamError,
     SwapEngines,
@@ -55,8 +57,13 @@ class WorkerPool:
         balancer: HeatScoreBalancer,
         loop: asyncio.AbstractEventLoop,
         metrics: ServiceMetrics | None = None,
+        on_start_failed: Callable[[StartFailed], None] | None = None,
     ) -> None:
+        """``on_start_failed`` is told when workers could not start on the engines they were
+        spawned with and no worker serves those (the engine lifecycle judges the version and
+        calls ``retarget`` with the one to start on instead)."""
         self.spec = spec
+        self.on_start_failed = on_start_failed
         self.size = size
         self.balancer = balancer
         self.loop = loop
@@ -67,6 +74,8 @@ class WorkerPool:
         self._closing = False
         self._ctx = mp.get_context("spawn")
         self._failures: dict[int, int] = {}
+        self._held: set[int] = set()
+        """Workers not respawned after a failed start until ``retarget`` names other engines."""
         self._watchdog: asyncio.Task[None] | None = None
         self.rollouts = Rollouts(self.workers, spec, loop)
 
@@ -93,7 +102,7 @@ class WorkerPool:
             await asyncio.sleep(period)
             now = time.monotonic()
             for handle in list(self.workers.values()):
-                if not handle.process.is_alive():
+                if not handle.running:
                     continue
                 if handle.ready is None:
                     stuck = now - handle.started_at > spec.start_timeout_s
@@ -105,7 +114,7 @@ class WorkerPool:
                     log.warning("worker_unresponsive", worker=handle.id, ready=bool(handle.ready),
                                 silent_s=round(now - handle.last_seen, 1))  # fmt: skip
                     handle.killed_for = "stalled"
-                    handle.process.kill()
+                    handle.kill()
 
     def _fail_waiting(self, handle: WorkerHandle) -> None:
         """Fail the streams queued on a silent worker that have no audio yet (503).
@@ -130,7 +139,7 @@ class WorkerPool:
             target=entry.run,
             args=(wid, spec.engine, spec.threads, spec.schedule,
                   spec.max_sentence_chars, spec.multiplex, child, spec.log_level, spec.plan,
-                  spec.log_format, dict(spec.voices), spec.voice_budget),
+                  spec.log_format, dict(spec.voices), spec.voice_budget, spec.memory_bytes),
             name=f"ttsvc-worker-{wid}",
             daemon=True,
         )  # fmt: skip
@@ -189,17 +198,18 @@ class WorkerPool:
         if self._watchdog is not None:
             self._watchdog.cancel()
         now = time.monotonic()
-        for handle in list(self.workers.values()):
+        live = [h for h in self.workers.values() if h.exitcode is None]
+        for handle in live:
             handle.send(Shutdown())
             handle.outbox.put(None)
             if now - handle.last_seen > self.balancer.settings.heartbeat_timeout:
-                handle.process.kill()
+                handle.kill()
         deadline = time.monotonic() + timeout
-        for handle in list(self.workers.values()):
+        for handle in live:
             remaining = max(0.0, deadline - time.monotonic())
             await asyncio.to_thread(handle.process.join, remaining)
             if handle.process.is_alive():
-                handle.process.kill()
+                handle.kill()
 
     # --- messages (on the event loop) --------------------------------------------------------
 
@@ -211,7 +221,7 @@ class WorkerPool:
             if msg.engine_version != self.spec.engine.label:
                 # spawned before a swap finished: replace it rather than serve mixed versions
                 log.info("worker_stale_engine", worker=handle.id, engine_version=msg.engine_version)
-                handle.process.kill()
+                handle.kill()
                 return
             handle.ready = msg
             handle.voices = msg.voices
@@ -251,6 +261,8 @@ class WorkerPool:
         elif isinstance(msg, EnginesSwapped):
             handle.settled = False
             self.rollouts.answered(handle.id, msg)
+        elif isinstance(msg, StartFailed):
+            handle.start_failed = msg  # the worker exits next; its exit decides what follows
         else:
             handle.settled = False
             handle.waiting.discard(msg.uid)
@@ -263,9 +275,11 @@ class WorkerPool:
                 box.put_nowait(msg)
 
     def _on_exit(self, handle: WorkerHandle) -> None:
+        code = handle.process.exitcode
+        if not self._closing:  # closing joins every process itself, then the gateway exits
+            _release(handle, -1 if code is None else code)
         if self.workers.get(handle.id) is not handle:
             return
-        code = handle.process.exitcode
         self.balancer.remove_worker(handle.id)
         # clients learn why in words; the exit code stays in this process's log (worker_died)
         reason = handle.killed_for or "worker_died"
@@ -286,6 +300,8 @@ class WorkerPool:
         self.rollouts.answered(handle.id, EnginesSwapped(-1, "", False, f"worker exited ({code})"))
         if self._closing:
             return
+        if handle.start_failed is not None and self._judge_start(handle, handle.start_failed):
+            return
         failures = self._failures.get(handle.id, 0) + 1
         self._failures[handle.id] = failures
         self.restarts += 1
@@ -295,6 +311,44 @@ class WorkerPool:
         log.warning("worker_died", worker=handle.id, exitcode=code, reason=reason,
                     streams_failed=failed, respawn_in_s=delay)  # fmt: skip
         self.loop.call_later(delay, self._respawn, handle.id)
+
+    def _judge_start(self, handle: WorkerHandle, failed: StartFailed) -> bool:
+        """A worker exited because its start engines could not serve. Unless a worker serves
+        them anyway (then this was the process's trouble: it is respawned as after a crash, and
+        this returns False), the engines are at fault: the worker is respawned at once if other
+        engines were named since it started, else it waits, unspawned, for ``retarget`` while
+        the engine lifecycle judges the version."""
+        log.warning("worker_start_failed", worker=handle.id, voice=failed.voice,
+                    engine_version=failed.label, reason=failed.reason)  # fmt: skip
+        retargeted = self.spec.engine.label != failed.label
+        served = any(w.ready is not None and w.specs.get(failed.voice) == failed.label
+                     for w in self.workers.values())  # fmt: skip
+        if not retargeted and (served or self.on_start_failed is None):
+            return False
+        self.restarts += 1
+        if self.metrics is not None:
+            self.metrics.worker_restarts.inc()
+        if retargeted:
+            self.loop.call_soon(self._respawn, handle.id)
+        else:
+            self._held.add(handle.id)
+            assert self.on_start_failed is not None
+            self.on_start_failed(failed)
+        return True
+
+    def retarget(self, engine: EngineSpec) -> None:
+        """Start workers of ``engine.voice`` on ``engine`` from now on (the version they were
+        started on could not serve), and spawn the workers held after a failed start."""
+        if engine.voice == self.spec.engine.voice:
+            self.spec.engine = engine
+        self.spec.voices[engine.voice] = engine
+        held, self._held = self._held, set()
+        for wid in sorted(held):
+            self._respawn(wid)
+
+    def held_for(self, voice: str) -> bool:
+        """Whether workers wait, unspawned, for other engines of ``voice`` to start on."""
+        return bool(self._held) and voice == self.spec.engine.voice
 
     def _respawn(self, wid: int) -> None:
         if not self._closing:
@@ -366,3 +420,14 @@ class WorkerPool:
     def forget(self, uid: str) -> None:
         """The request is over on the gateway side: drop its mailbox."""
         self.mailboxes.pop(uid, None)
+
+
+def _release(handle: WorkerHandle, code: int) -> None:
+    """Let go of everything a dead worker held in this process: its sender thread (woken to
+    end), its end of the pipe and its process handle (the pipes ``multiprocessing`` keeps to
+    know when it exits). Without this, a worker that dies and is respawned over and over (a
+    bad engine, an out-of-memory loop) leaks a thread and three descriptors each time."""
+    handle.exitcode = code
+    handle.outbox.put(None)
+    handle.conn.close()
+    handle.process.close()  # the reader thread has joined it

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from watchfiles import Change, awatch
@@ -29,6 +29,7 @@ from ttsvc.repository.manifest import (
     load_manifest,
     sha256_file,
 )
+from ttsvc.repository.trust import TrustPolicy
 
 NOISE_SUFFIXES = (".bak", ".swp", ".swx", ".swo", "~", ".tmp", ".part", ".partial", ".crdownload")
 """Names an editor, a copy tool or an operator's backup leaves: never a candidate by themselves."""
@@ -93,31 +94,56 @@ class VersionCheck:
     problems: dict[str, str]
     """File name → short reason it differs from its manifest entry (``manifest.json`` itself
     when that is missing or unreadable)."""
+    untrusted: dict[str, str] = field(default_factory=dict)
+    """File name (or ``""`` for the version's directories) → why it may not be trusted
+    (``ttsvc.repository.trust``): a version with any is refused, whatever its manifest says."""
+
+    def refusal(self) -> Rejection | None:
+        """The rejection an untrusted file or directory makes of this version, if any."""
+        for name, reason in self.untrusted.items():
+            return Rejection(self.version.version, name or None, reason)
+        return None
 
     @property
     def complete(self) -> bool:
         """The manifest is readable and every file it lists is there."""
         return MANIFEST_NAME not in self.problems and None not in self.states.values()
 
-    def key(self) -> tuple[str, tuple[tuple[str, FileState], ...]]:
-        """What identifies these exact files: a judgement holds until one of them changes."""
-        return str(self.version.path), tuple(sorted(self.states.items()))
+    def key(self) -> tuple[object, ...]:
+        """What identifies these exact files: a judgement holds until one of them changes (or
+        what made one untrusted is mended)."""
+        return (str(self.version.path), tuple(sorted(self.states.items())),
+                tuple(sorted(self.untrusted.items())))  # fmt: skip
 
 
-def check_version(version: EngineVersion, digests: Digests) -> VersionCheck:
-    """Compare a version's files with its manifest (blocking: run in a thread).
+def check_version(
+    version: EngineVersion, digests: Digests, trust: TrustPolicy | None = None
+) -> VersionCheck:
+    """Compare a version's files with its manifest, and (``trust``) check that they and its
+    directories may be trusted (blocking: run in a thread).
 
     ``digests`` remembers the sha256 of files by state, so a file that did not change is not
     hashed again on the next look.
     """
     directory = version.path
+    untrusted: dict[str, str] = {}
+    if trust is not None:
+        for label, place in (("voice directory", directory.parent),
+                             ("version directory", directory)):  # fmt: skip
+            if (why := trust.problem(place)) is not None:
+                untrusted.setdefault("", f"{label}: {why}")
+        if (why := trust.problem(directory / MANIFEST_NAME)) is not None:
+            untrusted[MANIFEST_NAME] = why
     states: States = {MANIFEST_NAME: file_state(directory / MANIFEST_NAME)}
     try:
         manifest = load_manifest(directory)
     except EngineError as exc:
-        return VersionCheck(version, states, {MANIFEST_NAME: exc.reason or "unreadable"})
+        return VersionCheck(version, states, {MANIFEST_NAME: exc.reason or "unreadable"},
+                            untrusted)  # fmt: skip
     problems: dict[str, str] = {}
     for name, entry in manifest.files.items():
+        if trust is not None and (why := trust.problem(directory / name)) is not None:
+            untrusted[name] = why
         path = directory / name
         state = states[name] = file_state(path)
 
@@ -128,4 +154,4 @@ def check_version(version: EngineVersion, digests: Digests) -> VersionCheck:
 
         if (problem := file_problem(path, entry, digest)) is not None:
             problems[name] = problem
-    return VersionCheck(version, states, problems)
+    return VersionCheck(version, states, problems, untrusted)

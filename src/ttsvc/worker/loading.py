@@ -46,7 +46,12 @@ def load(
 
     synth = Synthesizer(load_engine_spec(spec, threads), schedule,
                         max_sentence_chars)  # fmt: skip
-    failure = canary_failure(synth) if canary else None  # also the warm-up: first runs allocate
+    try:
+        failure = canary_failure(synth) if canary else None  # also the warm-up: first allocations
+    except MemoryError:
+        raise  # the process's limit, not the engines' fault
+    except Exception as exc:  # a graph that parses but cannot run (shapes, operators)
+        failure = f"{type(exc).__name__}: {str(exc)[:200]}"
     if failure is not None:
         raise EngineError(f"{spec.source} ({spec.label}): {failure}",
                           reason=f"canary synthesis failed: {failure}")  # fmt: skip

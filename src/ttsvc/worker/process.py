@@ -19,8 +19,8 @@ from multiprocessing.connection import Connection
 
 import structlog
 
-from ttsvc.errors import UnknownVoice, VoiceUnavailable
-from ttsvc.observability.logs import configure_logging, get_logger
+from ttsvc.errors import EngineError, UnknownVoice, VoiceUnavailable
+from ttsvc.observability.logs import capture_stray_output, configure_logging, get_logger
 from ttsvc.protocol import (
     CancelStream,
     EngineSpec,
@@ -28,6 +28,7 @@ from ttsvc.protocol import (
     FromWorker,
     Heartbeat,
     Shutdown,
+    StartFailed,
     StreamDone,
     StreamError,
     SwapEngines,
@@ -41,6 +42,7 @@ from ttsvc.worker.compute import StreamScheduler
 from ttsvc.worker.costs import measure
 from ttsvc.worker.deadline import DeadlineScheduler
 from ttsvc.worker.heap import Heap
+from ttsvc.worker.limits import limit_memory
 from ttsvc.worker.loading import Loader, Outcome, alike_costs, load, measured_costs
 from ttsvc.worker.plan import ComputePlan
 from ttsvc.worker.voices import VoiceSet, footprint, resident_bytes
@@ -74,19 +76,41 @@ def run_worker(
     log_format: str = "auto",
     voices: dict[str, EngineSpec] | None = None,
     voice_budget: int = 0,
+    memory_bytes: int = 0,
 ) -> None:
     """Process target (spawned). Returns when the gateway says so or its pipe closes.
 
     ``spec`` is the voice loaded at start (its canary also measures the process's capacity);
     ``voices`` are the others the gateway serves, loaded when a request first needs one, and
-    ``voice_budget`` the engine bytes the worker may hold at once (0: no limit)."""
+    ``voice_budget`` the engine bytes the worker may hold at once (0: no limit).
+    ``memory_bytes`` caps the process's memory (0: no cap; ``worker.limits``).
+
+    Whatever ends the process is logged as one JSON event (an exception with its traceback
+    inside), never left to Python's raw traceback on stderr, which log collectors drop."""
     # the gateway owns shutdown: a Ctrl-C in the terminal, or a SIGTERM sent to the whole
     # process group (systemd, tini -g), must not kill workers while the gateway drains
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    configure_logging(log_level, sys.stdout, log_format)
+    relay = None
+    if configure_logging(log_level, sys.stdout, log_format) == "json":
+        relay = capture_stray_output(native=True)  # ONNX Runtime writes to fd 2 itself
     structlog.contextvars.bind_contextvars(worker=worker_id)
-    plan = plan or ComputePlan()
+    try:
+        limit_memory(memory_bytes)
+        _serve(worker_id, spec, threads, schedule, max_sentence_chars, multiplex, conn,
+               plan or ComputePlan(), voices or {}, voice_budget)  # fmt: skip
+    except Exception:
+        log.exception("worker_failed")
+        raise SystemExit(1) from None
+    finally:
+        if relay is not None:
+            relay.close()
+
+
+def _serve(worker_id: int, spec: EngineSpec, threads: int, schedule: WindowSchedule,
+           max_sentence_chars: int, multiplex: bool, conn: Connection, plan: ComputePlan,
+           voices: dict[str, EngineSpec], voice_budget: int) -> None:  # fmt: skip
+    """Load the start engines, say READY (or why they cannot serve), then serve the pipe."""
     # imported before ``before``: the runtime's own memory is not a voice's
     import ttsvc.backends.loader  # noqa: F401, PLC0415
     from ttsvc.backends.onnxruntime import CPU_ARENA  # noqa: PLC0415
@@ -95,7 +119,13 @@ def run_worker(
     heap.pin_mmap_threshold()  # before the engines load: their weights are the large blocks
 
     before = resident_bytes()
-    synth = load(spec, threads, schedule, max_sentence_chars)
+    try:
+        synth = load(spec, threads, schedule, max_sentence_chars)
+    except EngineError as exc:  # the engines' fault, not the process's: the gateway judges them
+        log.warning("start_failed", voice=spec.voice, engine_version=spec.label,
+                    reason=exc.public(), detail=exc.message)  # fmt: skip
+        conn.send(StartFailed(worker_id, spec.voice, spec.label, exc.public(), exc.message))
+        return
     grown = resident_bytes() - before
     deadline = plan.scheduler == "deadline" and multiplex and batch_limit(synth.engines) == 1
     if deadline:
@@ -112,7 +142,7 @@ def run_worker(
             conn.send(msg)
 
     capacity = scheduler.capacity.value if isinstance(scheduler, DeadlineScheduler) else 0.0
-    held: VoiceSet[Synthesizer] = VoiceSet({**(voices or {}), spec.voice: spec}, voice_budget,
+    held: VoiceSet[Synthesizer] = VoiceSet({**voices, spec.voice: spec}, voice_budget,
                                            per_file_byte=footprint(spec, grown))  # fmt: skip
     held.put(spec.voice, synth, held.size(spec))
     send(WorkerReady(worker_id, spec.voice, spec.label, synth.sample_rate,
