@@ -47,6 +47,7 @@ from ttsvc.backends.onnxruntime import create_session
 from ttsvc.compile.build import ensure_default_voice
 from ttsvc.repository.manifest import load_manifest, verify_files
 from ttsvc.synthesis import SynthesisParams, Synthesizer, to_pcm16
+from ttsvc.synthesis.steps import FrameCall
 from ttsvc.windows import WindowSchedule
 
 DEFAULT_JSON = RESULTS / "engine_bench.json"
@@ -140,11 +141,11 @@ def bench_load(path: Path, threads: int, loads: int) -> dict[str, list[float]]:
 class StreamProbe:
     """Timestamps taken inside ``Synthesizer.stream`` without changing what it computes.
 
-    ``stream()`` runs the front end, then ``latents()``, then ``windows()``, and yields a chunk
-    only once the *following* window is computed (it must know whether a chunk is the last). To
-    split its time into front end / engine and to see the cost of that look-ahead, the probe
-    wraps the instance's ``latents`` and ``_windows`` while a streamed run is measured; the
-    wrappers add one ``perf_counter`` call each (microseconds).
+    ``stream()`` runs the front end, then answers each engine call its steps ask for with
+    ``run_call`` (the acoustic run, then flow and vocoder windows). To split its time into
+    front end / engine and to time the first window, the probe wraps the instance's
+    ``run_call`` while a streamed run is measured; the wrapper adds two ``perf_counter`` calls
+    per engine call (microseconds).
     """
 
     def __init__(self, synth: Synthesizer) -> None:
@@ -159,31 +160,24 @@ class StreamProbe:
 
     @contextmanager
     def installed(self) -> Iterator[StreamProbe]:
-        """Wrap the synthesizer's methods for the duration of the block, then restore them."""
-        original_latents = self.synth.latents
-        original_windows = self.synth._windows  # what ``stream`` iterates
+        """Wrap the synthesizer's ``run_call`` for the duration of the block, then restore it."""
+        original = self.synth.run_call
 
-        def latents(ids: Any, params: SynthesisParams) -> Any:
-            if self.latents_start is None:
+        def run_call(call: FrameCall) -> Any:
+            if call.stage == "acoustic" and self.latents_start is None:
                 self.latents_start = time.perf_counter()
-            out = original_latents(ids, params)
-            if self.latents_end is None:
+            out = original(call)
+            if call.stage == "acoustic" and self.latents_end is None:
                 self.latents_end = time.perf_counter()
+            if call.stage == "vocoder" and self.first_window is None:
+                self.first_window = time.perf_counter()
             return out
 
-        def windows(latents: Any, schedule: WindowSchedule | None) -> Iterator[Any]:
-            for piece in original_windows(latents, schedule):
-                if self.first_window is None:
-                    self.first_window = time.perf_counter()
-                yield piece
-
-        self.synth.latents = latents  # type: ignore[method-assign]
-        self.synth._windows = windows  # type: ignore[method-assign]
+        self.synth.run_call = run_call  # type: ignore[method-assign]
         try:
             yield self
         finally:
-            del self.synth.latents  # instance attributes: the class methods show through again
-            del self.synth._windows
+            del self.synth.run_call  # an instance attribute: the class method shows through
 
 
 def run_one_shot(
@@ -505,6 +499,7 @@ def render(summary: dict[str, Any], machine: dict[str, Any], settings: dict[str,
         f"({summary['audio_s_total']:.1f} s of audio per variant), ORT threads "
         f"{settings['threads']}, noise 0, seed {settings['seed']}, "
         f"{settings['loads']} engine-set loads",
+        f"- engines: {settings['engines']} ({settings['streaming']})",
         "",
         "| metric | median | p90 | target | result |",
         "|---|---|---|---|---|",
@@ -606,6 +601,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "params": params.model_dump(),
         "engines": relative(version.path),
+        "streaming": synth.engines.manifest.streaming,
         "contexts": {k: v.model_dump() for k, v in synth.engines.manifest.contexts.items()},
         "sample_rate": synth.sample_rate,
         "hop_length": synth.hop,

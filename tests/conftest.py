@@ -21,7 +21,7 @@ from ttsvc.backends.loader import load_engine_set
 from ttsvc.compile.build import compile_voice, default_checkpoint, ensure_default_voice
 from ttsvc.compile.inputs import CompileOptions
 from ttsvc.config import DEFAULT_VOICE
-from ttsvc.repository.layout import EngineVersion
+from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.synthesis import Synthesizer
 from ttsvc.voice import VoiceConfig
 
@@ -73,6 +73,27 @@ def second_voice_root(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return root
+
+
+@pytest.fixture(scope="session")
+def context_version(tmp_path_factory: pytest.TempPathFactory) -> EngineVersion:
+    """The default voice compiled as context engines (``--streaming context``): windows that
+    recompute their context, what TensorRT plans are and what stateful engines are compared
+    with. Its own engines directory; ``TTSVC_TEST_ENGINES``/context may hold a prebuilt one."""
+    root = tmp_path_factory.mktemp("context-engines")
+    prebuilt = os.environ.get("TTSVC_TEST_ENGINES")
+    if prebuilt and (Path(prebuilt) / "context" / DEFAULT_VOICE).is_dir():
+        shutil.copytree(Path(prebuilt) / "context" / DEFAULT_VOICE, root / DEFAULT_VOICE)
+        version = EngineRepository(root).latest(DEFAULT_VOICE)
+        assert version is not None
+        return version
+    model, config = default_checkpoint()
+    return compile_voice(CompileOptions(model, config, root, DEFAULT_VOICE, streaming="context"))
+
+
+@pytest.fixture(scope="session")
+def context_synth(context_version: EngineVersion) -> Synthesizer:
+    return Synthesizer(load_engine_set(context_version.path))
 
 
 @pytest.fixture(scope="session")

@@ -91,13 +91,17 @@ def test_importing_ttsvc_imports_no_gpu_library() -> None:
 
 
 @pytest.mark.parametrize("stage", ["flow", "vocoder"])
-def test_calls_wider_than_a_profile_are_cut_into_windows(synth: Synthesizer, stage: str) -> None:
+def test_calls_wider_than_a_profile_are_cut_into_windows(
+    context_synth: Synthesizer, stage: str
+) -> None:
     """What the plans do for a whole-sentence call beyond their profile (the canary, one-shot
-    responses), checked with the CPU engines: the windowed result equals the direct one.
+    responses), checked with the CPU context engines (plans are context engines): the windowed
+    result equals the direct one.
 
     On a real sentence's latents, the inputs the compile chose the contexts for (random latents
     are not what the flow sees: a context that is exact for speech may miss on noise by more
     than the bound, and did on one machine)."""
+    synth = context_synth
     engine_set = synth.engines
     manifest = engine_set.manifest
     ctx = manifest.contexts[stage]

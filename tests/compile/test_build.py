@@ -11,7 +11,13 @@ import pytest
 from ttsvc.backends.loader import load_engine_set
 from ttsvc.compile.build import compile_voice, default_checkpoint
 from ttsvc.compile.inputs import CompileOptions
-from ttsvc.compile.reference import CONTEXT_MARGIN, FLOAT_NOISE, calibrate_context, window_error
+from ttsvc.compile.reference import (
+    CONTEXT_MARGIN,
+    FLOAT_NOISE,
+    STREAM_TOLERANCE,
+    calibrate_context,
+    window_error,
+)
 from ttsvc.errors import BackendUnavailable, InvalidParameter
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.repository.manifest import load_manifest, sha256_file
@@ -37,14 +43,37 @@ def test_published_layout_and_manifest(default_version: EngineVersion) -> None:
         assert entry.size == path.stat().st_size
         assert entry.sha256 == sha256_file(path)
     assert manifest.runtime["onnxruntime"] and manifest.runtime["machine"]
+    # stateful engines: no left context, and what a first window reads past its end (the lag)
+    assert manifest.streaming == "stateful"
     assert set(manifest.contexts) == {"flow", "vocoder"}
+    for context in manifest.contexts.values():
+        assert context.max_abs_error <= STREAM_TOLERANCE
+        assert context.left == 0 and 0 < context.right <= 64
+    assert manifest.contexts["vocoder"].right < manifest.contexts["flow"].right
+    # no staging directory left behind
+    assert [p.name for p in default_version.path.parent.iterdir()] == ["1"]
+
+
+def test_context_engines_manifest(context_version: EngineVersion) -> None:
+    manifest = load_manifest(context_version.path)
+    assert manifest.streaming == "context"
     for context in manifest.contexts.values():
         assert context.max_abs_error <= 1e-5
         assert 0 < context.left <= 64 and 0 < context.right <= 64
     # the decoder's receptive field is the narrower one: that is why it has its own engine
     assert manifest.contexts["vocoder"].right < manifest.contexts["flow"].right
-    # no staging directory left behind
-    assert [p.name for p in default_version.path.parent.iterdir()] == ["1"]
+
+
+def test_stateful_engines_that_do_not_stream_exactly_fall_back_to_context_engines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A streamed check that misses (here: forced) publishes context engines, and says so."""
+    monkeypatch.setattr("ttsvc.compile.build.stream_error", lambda *_args: 1.0)
+    said: list[str] = []
+    version = compile_voice(_options(tmp_path, log=said.append))
+    assert load_manifest(version.path).streaming == "context"
+    assert any("stateful engines refused: streamed output differs" in line for line in said)
+    assert [p.name for p in version.path.parent.iterdir()] == [str(version.version)]
 
 
 def _options(out: Path, **kw: object) -> CompileOptions:

@@ -31,7 +31,8 @@ from tests.engine_files import (
     variant,
 )
 from tests.gateway.serving import HEALTH_POLLS, Server, engines_state, wait_engines, wait_until
-from ttsvc.repository.layout import EngineVersion
+from ttsvc.repository.layout import EngineRepository, EngineVersion
+from ttsvc.repository.manifest import load_manifest, write_manifest
 
 DET = {"noise_scale": 0.0, "noise_w": 0.0}
 
@@ -140,6 +141,42 @@ def test_atomic_publish_under_load(engines: Path, server_factory: list[Server],
     after = srv.synth("Now on the new version.")
     assert after.status_code == 200 and after.headers["x-engine-version"] == "2"
     assert engines_state(srv)["reloads"] == {"ok": 1}
+
+
+def _publish_copy(engines: Path, source: Path) -> int:
+    """Publish a copy of another compiled version (its own manifest, renumbered) as
+    `ttsvc compile` does: staging directory, manifest last, rename."""
+    repo = EngineRepository(engines)
+    version = repo.next_version(VOICE)
+    staging = repo.staging_dir(VOICE)
+    for item in source.iterdir():
+        if item.name != "manifest.json":
+            shutil.copyfile(item, staging / item.name)
+    manifest = load_manifest(source)
+    manifest.version = version
+    write_manifest(staging, manifest)
+    repo.publish(VOICE, staging, version)
+    return version
+
+
+def test_swaps_between_stateful_and_context_engines_lose_nothing(
+    engines: Path, server_factory: list[Server], context_version: EngineVersion,
+    default_version: EngineVersion,
+) -> None:  # fmt: skip
+    """A worker serves both kinds: streams in flight finish on the kind they started on."""
+    srv = _start(engines, server_factory, workers=2)
+    responses = _streams_during(srv, lambda: _publish_copy(engines, context_version.path))
+    wait_engines(srv, lambda s: s["current"] == "2", "context engines serving")
+    _check_whole_wavs(responses, {"1", "2"})
+    on_context = srv.synth("Both kinds say the same.", **DET)
+    responses = _streams_during(srv, lambda: _publish_copy(engines, default_version.path))
+    wait_engines(srv, lambda s: s["current"] == "3", "stateful engines serving again")
+    _check_whole_wavs(responses, {"2", "3"})
+    on_stateful = srv.synth("Both kinds say the same.", **DET)
+    assert on_context.headers["x-engine-version"] == "2"
+    assert on_stateful.headers["x-engine-version"] == "3"
+    assert len(on_context.content) == len(on_stateful.content)
+    assert engines_state(srv)["reloads"] == {"ok": 2}
 
 
 def test_mv_cp_habit_under_load_and_rollback(engines: Path, server_factory: list[Server],

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from tests.worker.fakes import FakeGpuBatchVocoder, fake_gpu_batch_engines
-from ttsvc.backends.base import EngineSet
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
 from ttsvc.synthesis import SynthesisParams, Synthesizer
 from ttsvc.worker.batching import (
@@ -109,13 +108,15 @@ def calls() -> list[tuple[str, int]]:
 
 
 @pytest.fixture
-def batch_synth(engine_set: EngineSet, calls: list[tuple[str, int]]) -> Synthesizer:
-    return Synthesizer(fake_gpu_batch_engines(engine_set, 4, calls))
+def batch_synth(context_synth: Synthesizer, calls: list[tuple[str, int]]) -> Synthesizer:
+    """Context engines: what TensorRT plans are (stateful engines do not batch)."""
+    return Synthesizer(fake_gpu_batch_engines(context_synth.engines, 4, calls))
 
 
 def test_batched_streams_equal_unbatched_audio(
-    batch_synth: Synthesizer, synth: Synthesizer, calls: list[tuple[str, int]]
+    batch_synth: Synthesizer, context_synth: Synthesizer, calls: list[tuple[str, int]]
 ) -> None:
+    synth = context_synth
     scheduler = scheduler_for(batch_synth, multiplex=True)
     assert isinstance(scheduler, BatchStreamScheduler) and scheduler.max_batch == 4
     jobs = [_job(f"u{i}", text) for i, text in enumerate(TEXTS)]

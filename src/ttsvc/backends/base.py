@@ -7,7 +7,7 @@ its one compute thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
@@ -30,6 +30,18 @@ every split engine that reads the speaker."""
 
 DURATIONS_OUTPUT = "durations"
 """The sentence engine's output of frames per phoneme id (``ttsvc.compile.split``)."""
+
+
+STREAM_LAG_KEY = "ttsvc.stream_lag"
+"""Metadata of a stateful engine: its output's lag, in output samples (frames for the flow)."""
+STREAM_SCALE_KEY = "ttsvc.stream_scale"
+"""Metadata of a stateful engine: output samples per input frame."""
+POSITION_INPUT = "position"
+"""A stateful engine's int64 ``[1]`` input: the sentence frame of the call's first input frame."""
+TOTAL_INPUT = "total"
+"""A stateful engine's int64 ``[1]`` input: the sentence's frames."""
+STATE_IN, STATE_OUT = "state_in.", "state_out."
+"""Name prefixes of a stateful engine's state inputs and outputs (``state_in.0`` ...)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,64 @@ class VocoderEngine(Protocol):
     def waveform(self, frames: FloatArray, speaker: int = 0) -> FloatArray:
         """Return ``hop * T`` float samples in [-1, 1] for frames ``[1, C, T]``."""
         ...
+
+
+@dataclass
+class StreamCarry:
+    """What one stream's stateful engine keeps between its calls for one sentence.
+
+    It lives with the stream (in the synthesizer's steps for that sentence), so no state ever
+    crosses between streams, and it is dropped with them when the stream ends or is cancelled.
+    """
+
+    total: int
+    """The sentence's frames: where the engine's one-shot input ends."""
+    position: int = 0
+    """Input frames fed so far: the sentence frame of the next call's first input frame."""
+    states: list[FloatArray] | None = None
+    """The engine's state tensors after the last call; ``None`` before the first (zeros)."""
+
+
+@runtime_checkable
+class StreamingEngine(Protocol):
+    """A stateful frame engine (``compile/stateful.py``): each call computes only new frames.
+
+    Its output lags its input by ``lag`` output samples (frames for the flow), so the call that
+    feeds input frames ``[p, p + n)`` returns the one-shot output ``[p*scale - lag,
+    (p + n)*scale - lag)``; ``flush_frames`` more input frames (zeros) bring out the end."""
+
+    lag: int
+    scale: int
+
+    @property
+    def flush_frames(self) -> int:
+        """Input frames to feed past the sentence's end."""
+        ...
+
+    def step(self, inputs: FloatArray, carry: StreamCarry, speaker: int = 0) -> FloatArray:
+        """Run ``inputs`` (the frames from ``carry.position``, zero past ``carry.total``) and
+        advance ``carry``; returns this call's output (``[1, C, n]`` or flat samples)."""
+        ...
+
+
+def run_streamed(
+    engine: StreamingEngine, x: FloatArray, sizes: Sequence[int], speaker: int = 0
+) -> FloatArray:
+    """``x`` (``[1, C, T]``) through a stateful engine in calls of ``sizes`` input frames (the
+    last size repeats), flushed and cropped: what a stream computes, for checks against the
+    one-shot output (the compiler's, the tests', the benchmarks')."""
+    total = x.shape[-1]
+    padded = np.concatenate(
+        [x, np.zeros((*x.shape[:-1], engine.flush_frames), dtype=np.float32)], axis=-1
+    )
+    carry, parts, index = StreamCarry(total), [], 0
+    while carry.position < padded.shape[-1]:
+        size = sizes[min(index, len(sizes) - 1)]
+        index += 1
+        chunk = padded[..., carry.position : carry.position + size]
+        parts.append(engine.step(np.ascontiguousarray(chunk), carry, speaker))
+    out = np.concatenate(parts, axis=-1)
+    return out[..., engine.lag : engine.lag + total * engine.scale]
 
 
 @runtime_checkable

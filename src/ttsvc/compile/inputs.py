@@ -27,6 +27,7 @@ from ttsvc.windows import WindowSchedule
 
 Precision = Literal["fp32", "fp16", "int8"]
 Backend = Literal["ort", "trt"]
+Streaming = Literal["stateful", "context"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ class CompileOptions:
     seq_len: int = 512
     backend: Backend = "ort"
     split_at: SplitPoint = "flow"
+    streaming: Streaming = "stateful"
+    """``stateful``: frame engines that carry their state between a stream's calls
+    (``compile/stateful.py``); ``context``: windows that recompute a context each side (kept
+    for comparison, and what a voice the transform cannot convert exactly falls back to)."""
     min_snr_db: float = 30.0
     schedule: WindowSchedule = field(default_factory=WindowSchedule)
     """The serving window schedule: TensorRT profiles are sized to the windows it makes."""

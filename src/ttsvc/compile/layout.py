@@ -22,6 +22,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ttsvc.backends.base import STATE_IN, TOTAL_INPUT
+
 CONVS = frozenset({"Conv", "ConvTranspose"})
 # Element-wise ops whose meaning does not depend on rank once every operand is 4-D or a scalar.
 ELEMENTWISE = frozenset({
@@ -199,7 +201,11 @@ def timing_feeds(model: onnx.ModelProto, ids: list[int]) -> dict[str, np.ndarray
         if value.name in constant:
             continue
         dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
-        if value.name == "input":
+        if value.name.startswith(STATE_IN):  # a stateful engine's state: zeros, its own size
+            feeds[value.name] = np.zeros((1, dims[1], dims[2]), dtype=np.float32)
+        elif value.name == TOTAL_INPUT:
+            feeds[value.name] = np.asarray([TIMING_FRAMES], dtype=np.int64)
+        elif value.name == "input":
             feeds[value.name] = np.asarray([ids], dtype=np.int64)
         elif value.name == "input_lengths":
             feeds[value.name] = np.asarray([len(ids)], dtype=np.int64)

@@ -137,5 +137,6 @@ def version_manifest(
         runtime=runtime,
         source={"checkpoint": opts.checkpoint.name, "sha256": sha256_file(opts.checkpoint)},
         durations=split.durations is not None,
+        streaming=opts.streaming,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )

@@ -17,15 +17,20 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ttsvc.backends.base import SPEAKER_INPUT, overlap_and_crop
+from ttsvc.backends.base import (
+    SPEAKER_INPUT,
+    StreamingEngine,
+    overlap_and_crop,
+    run_streamed,
+)
 from ttsvc.backends.onnxruntime import (
     ACOUSTIC_FILE,
     FLOW_FILE,
     VOCODER_FILE,
     OrtAcoustic,
-    OrtFlow,
-    OrtVocoder,
     create_session,
+    flow_engine,
+    vocoder_engine,
 )
 from ttsvc.compile.inputs import CompileOptions
 from ttsvc.errors import GraphShapeError
@@ -158,6 +163,34 @@ def checked_speakers(count: int) -> list[int]:
     return sorted({0, count // 2, count - 1})
 
 
+STREAM_SCHEDULES = ((1,), (4, 8, 64), (16, 128, 512), (7, 3, 50, 2), (1000,))
+"""Call sizes (input frames; the last repeats) a stateful engine is checked with: one frame at a
+time, a first window and the scheduler's bounded steps, uneven steps, and the whole sentence."""
+STREAM_TOLERANCE = 3.1e-5
+"""Max sample difference, streamed vs one-shot, a stateful build may show: one PCM16 step.
+
+Not ``CONTEXT_TOLERANCE``: a stateful engine is exact in arithmetic (one call over the whole
+sentence gives the one-shot output to the bit), but ONNX Runtime sums a convolution in another
+order for another width, and the flow's frames reach |30|, so float32 rounding leaves up to
+1.6e-4 on its frames and 2.6e-5 on the audio after the vocoder, for every call size alike
+(measured on the packaged voice). The vocoder alone stays within 1.7e-6."""
+
+
+def stream_error(chain: Chain, reference: Reference) -> float:
+    """Worst difference, streamed through the stateful engines in every ``STREAM_SCHEDULES``
+    call size vs the reference audio (one-shot), over the reference sentences."""
+    vocoder = chain.streaming("vocoder")
+    flow = chain.streaming("flow") if chain.flow is not None else None
+    worst = 0.0
+    for (speaker, latents), audio in zip(reference.inputs(reference.latents), reference.audio,
+                                         strict=True):  # fmt: skip
+        for sizes in STREAM_SCHEDULES:
+            frames = latents if flow is None else run_streamed(flow, latents, sizes, speaker)
+            out = run_streamed(vocoder, frames, sizes, speaker).reshape(-1)
+            worst = max(worst, float(np.max(np.abs(out - audio.reshape(-1)))))
+    return worst
+
+
 class Chain:
     """The staged engines run one after another, through the runtime's own engine classes."""
 
@@ -165,9 +198,9 @@ class Chain:
         paths = {name: staging / name for name in (ACOUSTIC_FILE, FLOW_FILE, VOCODER_FILE)}
         paths |= replace or {}
         self.acoustic = OrtAcoustic(create_session(paths[ACOUSTIC_FILE], 1, optimize=True))
-        self._vocoder = OrtVocoder(create_session(paths[VOCODER_FILE], 1, optimize=True))
+        self._vocoder = vocoder_engine(create_session(paths[VOCODER_FILE], 1, optimize=True))
         self._flow = (
-            OrtFlow(create_session(paths[FLOW_FILE], 1, optimize=True))
+            flow_engine(create_session(paths[FLOW_FILE], 1, optimize=True))
             if paths[FLOW_FILE].is_file()
             else None
         )
@@ -175,6 +208,13 @@ class Chain:
     @property
     def flow(self) -> Stage | None:
         return self._flow.frames if self._flow is not None else None
+
+    def streaming(self, stage: str) -> StreamingEngine:
+        """The staged stateful ``flow`` or ``vocoder`` (``GraphShapeError`` if it is not)."""
+        engine = self._flow if stage == "flow" else self._vocoder
+        if not isinstance(engine, StreamingEngine):
+            raise GraphShapeError(f"the staged {stage} is not a stateful engine")
+        return engine
 
     def vocoder(self, frames: np.ndarray, speaker: int = 0, /) -> np.ndarray:
         return self._vocoder.waveform(frames, speaker)

@@ -62,7 +62,12 @@ class Manifest(BaseModel):
     speakers: dict[str, int] = Field(default_factory=dict)
     """Speaker names to ids, from the voice's ``speaker_id_map`` (empty: ids only)."""
     contexts: dict[str, FrameContext]
-    """Per windowed engine (``flow`` when there is one, ``vocoder``): its measured context."""
+    """Per windowed engine (``flow`` when there is one, ``vocoder``): its measured context; for
+    stateful engines, 0 left and the frames a first window reads past its end (the lag)."""
+    streaming: Literal["context", "stateful"] = "context"
+    """Which kind of frame engines the version holds: windows with recomputed context, or
+    stateful engines (``compile/stateful.py``). A worker serves both; versions compiled before
+    the choice existed are context engines."""
     files: dict[str, FileEntry]
     runtime: dict[str, str]
     """Fingerprint of what the engines were built for (runtime versions, CPU or GPU)."""

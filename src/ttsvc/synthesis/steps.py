@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ttsvc.backends.base import FloatArray, SentenceRun
+from ttsvc.backends.base import FloatArray, SentenceRun, StreamCarry
 from ttsvc.protocol import WordTime
 
 Pcm16 = npt.NDArray[np.int16]
@@ -41,6 +41,9 @@ class FrameCall:
     """The acoustic call's noise and length scales."""
     speaker: int = 0
     """The stream's speaker id: a multi-speaker voice conditions every engine on it."""
+    carry: StreamCarry | None = None
+    """A stateful engine's state for this stream's sentence (``None``: a windowed engine, run
+    on ``inputs`` alone). The call advances it; it never leaves the stream."""
 
 
 T = TypeVar("T")

@@ -1,5 +1,9 @@
 """The streaming synthesizer: one sentence engine run, then frame windows through flow and vocoder.
 
+Two kinds of frame engines: stateful ones (``compile/stateful.py``, the default) carry each
+layer's state from one call to the next, so a window computes only its own frames; windowed
+(context) ones recompute a context on each side, as described next.
+
 Why windows reproduce the one-shot audio exactly: flow and HiFi-GAN are pure convolution, so a
 window's output depends only on a bounded neighbourhood of frames. Each engine runs with its own
 context of real frames on each side (measured at compile time and recorded in the manifest) and
@@ -15,9 +19,17 @@ from typing import TypeVar
 
 import numpy as np
 
-from ttsvc.backends.base import EngineSet, FloatArray, IntArray, SentenceRun
+from ttsvc.backends.base import (
+    EngineSet,
+    FloatArray,
+    IntArray,
+    SentenceRun,
+    StreamCarry,
+    StreamingEngine,
+)
 from ttsvc.errors import AudioTooLong, InvalidParameter, TimestampsUnavailable
 from ttsvc.protocol import WordTime
+from ttsvc.repository.manifest import FrameContext
 from ttsvc.synthesis.canary import CANARY_TEXT
 from ttsvc.synthesis.params import SynthesisParams
 from ttsvc.synthesis.steps import Answer, AudioChunk, FrameCall, Pcm16, Steps, drive, to_pcm16
@@ -39,6 +51,22 @@ def _window(start: int, end: int, audio: FloatArray) -> tuple[int, int, FloatArr
     return start, end, audio
 
 
+def _lag_context(engine: object) -> FrameContext:
+    """A stateful engine's lag as the frames a first window reads past its end."""
+    assert isinstance(engine, StreamingEngine)
+    return FrameContext(left=0, right=engine.flush_frames, max_abs_error=0.0)
+
+
+def _padded(x: FloatArray, start: int, end: int) -> FloatArray:
+    """Frames ``[start, end)`` of ``x``, zeros past its end (a stateful engine's flush)."""
+    piece = x[:, :, start : min(end, x.shape[2])]
+    if piece.shape[2] == end - start:
+        return np.ascontiguousarray(piece)
+    out = np.zeros((*x.shape[:2], end - start), dtype=np.float32)
+    out[:, :, : piece.shape[2]] = piece
+    return out
+
+
 class Synthesizer:
     """Text to streamed PCM for one engine set; used from one compute thread."""
 
@@ -52,8 +80,13 @@ class Synthesizer:
         self.schedule = schedule or WindowSchedule()
         self.frontend = TextFrontEnd(engines.voice, max_sentence_chars)
         self.hop = engines.manifest.hop_length
+        self.stateful = isinstance(engines.vocoder, StreamingEngine)
+        """Stateful engines: no context recomputed per window (``_stateful_steps``)."""
         self.vocoder_context = engines.manifest.contexts["vocoder"]
         self.flow_context = engines.manifest.contexts.get("flow")
+        if self.stateful:  # what a first window reads past its end: the engines' lag
+            self.vocoder_context = _lag_context(engines.vocoder)
+            self.flow_context = None if engines.flow is None else _lag_context(engines.flow)
         self.frame_cost_s = 0.0
         """Flow + vocoder seconds per frame here; 0 until ``calibrate`` ran (no playback cap)."""
         self.flow_cost_s = 0.0
@@ -154,7 +187,7 @@ class Synthesizer:
             frames,
             frame_cost_s=self.frame_cost_s,
             frame_s=self.hop / self.sample_rate,
-            context=self.vocoder_context.left + self.vocoder_context.right,
+            context=0 if self.stateful else self.vocoder_context.left + self.vocoder_context.right,
             budget=budget,
             window_cost_s=self.vocoder_cost_s,
         )
@@ -176,6 +209,11 @@ class Synthesizer:
         if call.stage == "acoustic":
             assert call.scales is not None
             return self.engines.acoustic.run(call.inputs, call.scales, call.speaker)
+        engine = self.engines.flow if call.stage == "flow" else self.engines.vocoder
+        assert engine is not None
+        if call.carry is not None:
+            assert isinstance(engine, StreamingEngine)
+            return engine.step(call.inputs, call.carry, call.speaker)
         if call.stage == "flow":
             assert self.engines.flow is not None
             return self.engines.flow.frames(call.inputs, call.speaker)
@@ -202,6 +240,9 @@ class Synthesizer:
         vocoder's windows: on a worker whose streams share its cores, the flow's chunk shrinks
         to what the budget allows (never below what the next window needs).
         """
+        if self.stateful:
+            yield from self._stateful_steps(latents, schedule, finish, budget, speaker)
+            return
         total = latents.shape[2]
         vctx, hop = self.vocoder_context, self.hop
         flow, fctx = self.engines.flow, self.flow_context
@@ -228,6 +269,61 @@ class Synthesizer:
             audio = yield FrameCall("vocoder", frames[:, :, lo:hi], speaker=speaker)
             assert isinstance(audio, np.ndarray)
             yield finish(start, end, audio[(start - lo) * hop : (end - lo) * hop])
+
+    def _stateful_steps(
+        self,
+        latents: FloatArray,
+        schedule: WindowSchedule | None,
+        finish: Callable[[int, int, FloatArray], T],
+        budget: Budget | None = None,
+        speaker: int = 0,
+    ) -> Steps[T]:
+        """``_window_steps`` on stateful engines: each frame goes through each engine once.
+
+        The vocoder's output lags its input by ``lag`` samples, so a window ``[start, end)``
+        feeds the vocoder up to ``end + flush`` frames (zeros past the sentence: the engine
+        masks them), and those frames come from the flow, fed ``lag`` frames further still.
+        Each engine's state for this sentence lives in its ``StreamCarry`` here, in the
+        stream's own steps, and is dropped with them.
+        """
+        total = latents.shape[2]
+        flow, vocoder = self.engines.flow, self.engines.vocoder
+        assert isinstance(vocoder, StreamingEngine)
+        hop, vflush = self.hop, vocoder.flush_frames
+        channels = latents.shape[1]
+        vcarry, fcarry = StreamCarry(total), StreamCarry(total)
+        frames = latents if flow is None else np.zeros((1, channels, total), np.float32)
+        done = total if flow is None else 0  # decoder frames known
+        audio = np.zeros(total * hop, np.float32)
+        produced = 0  # samples of ``audio`` known
+        for start, end in self.plan(total, schedule, budget):
+            need = min(total, end + vflush)
+            if flow is not None and done < need:
+                assert isinstance(flow, StreamingEngine)
+                chunk = FLOW_CHUNK
+                allowed = budget() if budget is not None and self.flow_cost_s > 0 else None
+                if allowed is not None:
+                    chunk = min(chunk, int(allowed / self.flow_cost_s))
+                target = need if done == 0 else min(total, max(need, done + chunk))
+                fed = min(total + flow.lag, target + flow.lag)  # flow input frames wanted
+                piece = _padded(latents, fcarry.position, fed)
+                out = yield FrameCall("flow", piece, speaker=speaker, carry=fcarry)
+                assert isinstance(out, np.ndarray)
+                first = fcarry.position - piece.shape[-1] - flow.lag  # sentence frame of out[0]
+                lo, hi = max(0, first), min(total, first + out.shape[-1])
+                frames[:, :, lo:hi] = out[:, :, lo - first : hi - first]
+                done = hi
+            fed = min(total + vflush, end + vflush)
+            if vcarry.position < fed:
+                piece = _padded(frames, vcarry.position, fed)
+                out = yield FrameCall("vocoder", piece, speaker=speaker, carry=vcarry)
+                assert isinstance(out, np.ndarray)
+                first = (vcarry.position - piece.shape[-1]) * hop - vocoder.lag
+                lo, hi = max(0, first), min(total * hop, first + out.shape[-1])
+                audio[lo:hi] = out[lo - first : hi - first]
+                produced = hi
+            assert produced >= end * hop
+            yield finish(start, end, audio[start * hop : end * hop])
 
     def stream_steps(
         self,

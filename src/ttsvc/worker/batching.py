@@ -25,7 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ttsvc.backends.base import BatchFlowEngine, BatchVocoderEngine, EngineSet, FloatArray
+from ttsvc.backends.base import (
+    BatchFlowEngine,
+    BatchVocoderEngine,
+    EngineSet,
+    FloatArray,
+    StreamingEngine,
+)
 from ttsvc.errors import EngineError
 from ttsvc.protocol import FromWorker
 from ttsvc.synthesis import Answer, AudioChunk, FrameCall, Synthesizer
@@ -65,7 +71,12 @@ def select_batch(pending: Sequence[PendingWindow], max_batch: int) -> list[Pendi
 
 
 def batch_limit(engines: EngineSet) -> int:
-    """How many windows one call of ``engines`` may carry (1: it does not batch)."""
+    """How many windows one call of ``engines`` may carry (1: it does not batch).
+
+    Stateful engines do not batch: their states would have to be gathered and scattered per
+    stream, which only a TensorRT build of them would pay for (not built yet: docs/gpu.md)."""
+    if isinstance(engines.vocoder, StreamingEngine):
+        return 1
     flow_ok = engines.flow is None or isinstance(engines.flow, BatchFlowEngine)
     if not flow_ok or not isinstance(engines.vocoder, BatchVocoderEngine):
         return 1
