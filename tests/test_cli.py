@@ -113,7 +113,7 @@ def test_compile_trt_exits_with_clear_message(tmp_path: Path) -> None:
 def test_engines_ls(default_version: EngineVersion, engines_root: Path, tmp_path: Path) -> None:
     result = _ttsvc("engines", "ls", "--engines-dir", str(engines_root), cwd=tmp_path)
     assert result.returncode == 0
-    assert "* en_US-joe-medium v1 ort fp32/fp32" in result.stdout
+    assert "* en_US-joe-medium v1 ort fp32/fp32 stateful" in result.stdout
 
 
 def test_serve_says_it_binds_loopback_by_default(tmp_path: Path) -> None:
@@ -387,8 +387,10 @@ def test_default_engines_dir_is_the_same_from_any_directory(
 
 @pytest.mark.slow
 def test_compile_prints_numbered_steps_and_an_estimate_first(tmp_path: Path) -> None:
+    """Context engines: their context measurement is the long silent step, estimated first
+    (stateful engines have none: their check takes seconds)."""
     result = _ttsvc("compile", "--output-dir", str(tmp_path / "engines"), "--split-at",
-                    "decoder", cwd=tmp_path)  # fmt: skip
+                    "decoder", "--streaming", "context", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()
     assert all(line.startswith("ttsvc compile: ") for line in lines), lines  # no JSON

@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     computes more audio per second, and a stream that needs a thread waits up to this long."""
     first_window_frames: int = Field(16, ge=1, le=256)
     """Frames in a sentence's first vocoder window: smaller starts audio sooner."""
+    alone_first_window_frames: int = Field(4, ge=0, le=256)
+    """Frames in the first window of a stream that starts while its worker has no other
+    stream (0: always ``first_window_frames``): audio starts sooner when nothing else plays."""
     window_growth: float = Field(8.0, ge=1.0, le=64.0)
     """Growth factor of later windows."""
     max_window_frames: int = Field(512, ge=1, le=4096)
@@ -323,6 +326,7 @@ class Settings(BaseSettings):
             self.window_growth,
             self.max_window_frames,
             budget_share=self.window_budget_share,
+            alone_first=self.alone_first_window_frames,
         )
 
 

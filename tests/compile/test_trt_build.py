@@ -154,6 +154,35 @@ def test_layers_kept_in_fp32(layer: str, op: str | None, fp32: bool) -> None:
     assert trt_plan.keeps_fp32(layer, op) is fp32
 
 
+def test_tensorrt_11_is_told_from_10_by_its_missing_weak_typing() -> None:
+    ten = types.SimpleNamespace(BuilderFlag=types.SimpleNamespace(FP16=1, TF32=2))
+    eleven = types.SimpleNamespace(BuilderFlag=types.SimpleNamespace(TF32=2))
+    assert not trt_plan.strongly_typed(ten) and trt_plan.strongly_typed(eleven)
+
+
+@pytest.mark.parametrize("stage", ["flow", "vocoder", "acoustic"])
+def test_fp16_graph_keeps_the_edges_and_overflow_prone_ops_in_fp32(split: Any, stage: str) -> None:
+    """TensorRT 11's FP16: the precision is the graph's. Convolutions in FP16, the operators
+    ``keeps_fp32`` names (exp, div, reductions ...) and the inputs and outputs in FP32."""
+    graph = getattr(split, stage)
+    converted = onnx.load_from_string(trt_plan.fp16_graph(graph.SerializeToString()))
+    assert [i.type.tensor_type.elem_type for i in converted.graph.input] == [
+        i.type.tensor_type.elem_type for i in graph.graph.input]  # fmt: skip
+    assert {o.type.tensor_type.elem_type for o in converted.graph.output} <= {
+        TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64}  # fmt: skip
+    inferred = onnx.shape_inference.infer_shapes(converted)
+    types_of = {v.name: v.type.tensor_type.elem_type for v in inferred.graph.value_info}
+    ops = {"Conv": TensorProto.FLOAT16,
+           **dict.fromkeys(trt_plan.FP32_ONNX_OPS, TensorProto.FLOAT)}  # fmt: skip
+    seen = set()
+    for node in converted.graph.node:
+        floats = (TensorProto.FLOAT, TensorProto.FLOAT16)  # not shape or index arithmetic
+        if node.op_type in ops and types_of.get(node.output[0]) in floats:
+            assert types_of[node.output[0]] == ops[node.op_type], (node.op_type, node.name)
+            seen.add(node.op_type)
+    assert "Conv" in seen
+
+
 def test_timing_cache_is_hidden_from_the_repository_and_the_watcher(tmp_path: Path) -> None:
     fingerprint = {"tensorrt": "10.3.0", "compute_capability": "8.9", "gpu": "NVIDIA L4"}
     path = timing_cache_path(tmp_path / "voice", fingerprint)

@@ -328,8 +328,10 @@ def test_no_stream_starves_or_runs_dry_under_bursts_within_capacity(synth: Synth
 # -- threads on the real engines ---------------------------------------------------------------
 
 
-def run_all(sched: DeadlineScheduler, jobs: list[SynthesisJob]) -> dict[str, list[FromWorker]]:
-    """Start the threads, add ``jobs``, and collect every message until each stream ended."""
+def run_all(sched: DeadlineScheduler, jobs: list[SynthesisJob],
+            queued: bool = False) -> dict[str, list[FromWorker]]:  # fmt: skip
+    """Start the threads, add ``jobs`` (``queued``: before the threads start, so each stream
+    sees all the others), and collect every message until each stream ended."""
     out: dict[str, list[FromWorker]] = {j.uid: [] for j in jobs}
     ended = threading.Semaphore(0)
     lock = threading.Lock()
@@ -341,9 +343,11 @@ def run_all(sched: DeadlineScheduler, jobs: list[SynthesisJob]) -> dict[str, lis
         if isinstance(msg, StreamDone | StreamError):
             ended.release()
 
+    for j in jobs if queued else []:
+        sched.add(j)
     sched.start(send)
     try:
-        for j in jobs:
+        for j in [] if queued else jobs:
             sched.add(j)
         for _ in jobs:
             assert ended.acquire(timeout=120), "a stream never ended"
@@ -369,6 +373,24 @@ def test_threaded_streams_are_exact_and_end_once(synth: Synthesizer) -> None:
         assert np.max(np.abs(got - whole)) <= 33  # windows match one-shot to float rounding
     assert not sched.streams
     assert sched.capacity.value > 0
+
+
+def test_a_stream_alone_on_its_worker_starts_with_the_smaller_first_window(
+    synth: Synthesizer,
+) -> None:
+    """Nothing else plays: a 4-frame first chunk (``WindowSchedule.alone_first``); with a peer
+    already queued, the usual 16 frames, which cover the peer's sentence start."""
+
+    def first_chunks(count: int) -> list[int]:
+        jobs = [job(f"s{i}", TEXT) for i in range(count)]
+        out = run_all(DeadlineScheduler(synth, threads=2, per_thread=10.0), jobs,
+                      queued=True)  # fmt: skip
+        return [len(next(m for m in out[j.uid] if isinstance(m, AudioChunkMsg)).pcm) // 2
+                for j in jobs]  # fmt: skip
+
+    assert synth.schedule.alone().first == 4 < synth.schedule.first == 16
+    assert first_chunks(1) == [4 * synth.hop]
+    assert first_chunks(2) == [16 * synth.hop] * 2
 
 
 def test_a_failing_stream_fails_alone(synth: Synthesizer) -> None:

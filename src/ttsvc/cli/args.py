@@ -26,6 +26,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 # flag dest -> Settings field, for the flags that feed the settings
 _FLAG_FIELDS = {"engines_dir": "engines_dir", "voice": "voice", "threads": "threads",
                 "first_window": "first_window_frames", "output_dir": "engines_dir",
+                "alone_first_window": "alone_first_window_frames",
                 "host": "host", "port": "port", "workers": "workers",
                 "compute_threads": "compute_threads", "cpus": "cpus", "scheduler": "scheduler",
                 "realtime_load": "realtime_load", "step_floor_ms": "step_floor_ms",

@@ -54,5 +54,6 @@ def cmd_engines(args: argparse.Namespace, settings: Settings) -> int:
             active = "*" if v is versions[-1] else " "
             sums = " ".join(f"{n}:{e.sha256[:12]}" for n, e in sorted(m.files.items()))
             precision = f"{m.precision['acoustic']}/{m.precision['vocoder']}"
-            print(f"{active} {voice} v{v.version} {m.backend} {precision} {m.created_at} {sums}")
+            print(f"{active} {voice} v{v.version} {m.backend} {precision} {m.streaming} "
+                  f"{m.created_at} {sums}")
     return 0

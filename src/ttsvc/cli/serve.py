@@ -79,6 +79,9 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--window-budget-share", type=float, default=None,
                    help="share of a peer stream's buffered audio a window may take")  # fmt: skip
     p.add_argument("--first-window", type=int, default=None, help="frames in the first window")
+    p.add_argument("--alone-first-window", type=int, default=None,
+                   help="frames in the first window of a stream that starts while its worker "
+                   "has no other (default 4; 0: always --first-window)")  # fmt: skip
     p.add_argument("--api-keys-file", type=Path, default=None,
                    help="key file (see `ttsvc keys add`); set: bearer keys are required "
                    "(default: none, no keys)")

@@ -9,6 +9,7 @@ imported lazily, through ``backends/gpu.py``, as the runtime imports it.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,42 @@ def keeps_fp32(layer_type: str, op: str | None) -> bool:
     if layer_type == "ELEMENTWISE":
         return op in FP32_ELEMENTWISE_OPS
     return False
+
+
+FP32_ONNX_OPS = frozenset({
+    "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+    "ReduceSumSquare", "ReduceLogSumExp", "LayerNormalization", "InstanceNormalization",
+    "Softmax", "LogSoftmax", "Exp", "Log", "Sqrt", "Erf", "Reciprocal", "Softplus", "Pow", "Div",
+})  # fmt: skip
+"""``keeps_fp32``'s layers as the ONNX operators they are parsed from (TensorRT 11 path)."""
+
+
+def strongly_typed(trt: Any) -> bool:
+    """Whether this TensorRT only builds strongly typed networks (11 and later).
+
+    TensorRT 11 removed weak typing: ``BuilderFlag.FP16`` and ``OBEY_PRECISION_CONSTRAINTS``
+    are gone, and a network computes in the types its graph declares. FP16 then has to be in
+    the ONNX graph itself (``fp16_graph``); TensorRT 10 still takes the flags and per-layer
+    precision (``_pin_fp32_layers``)."""
+    return not hasattr(trt.BuilderFlag, "FP16")
+
+
+def fp16_graph(onnx_model: bytes) -> bytes:
+    """The graph computing in FP16 except the overflow-prone operators ``keeps_fp32`` names,
+    with FP32 inputs and outputs (casts at the edges), for a strongly typed TensorRT build.
+
+    The same split of precision as the TensorRT 10 build, expressed in the graph instead of in
+    builder flags (``onnxconverter-common``'s converter, from the ``trt`` extra)."""
+    import onnx  # noqa: PLC0415 - compile time only
+    from onnxconverter_common import float16  # noqa: PLC0415 - the trt extra
+
+    model = onnx.load_from_string(onnx_model)
+    with warnings.catch_warnings():  # weights below FP16's range are clamped, which it says
+        warnings.simplefilter("ignore", UserWarning)
+        converted = float16.convert_float_to_float16(
+            model, keep_io_types=True, op_block_list=sorted(FP32_ONNX_OPS)
+        )
+    return bytes(converted.SerializeToString())
 
 
 def _pin_fp32_layers(trt: Any, network: Any) -> int:
@@ -96,8 +133,12 @@ def build_plan(
     """Parse one ONNX engine and build a serialized plan with one optimization profile."""
     trt = gpu.import_trt()
     logger = gpu.trt_logger()
+    typed = strongly_typed(trt)
+    if fp16 and typed:
+        onnx_model = fp16_graph(onnx_model)
     builder = trt.Builder(logger)
-    network = builder.create_network(0)  # TensorRT 10: explicit batch is the only mode
+    # explicit batch is the only mode since TensorRT 10; 11 makes every network strongly typed
+    network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse(onnx_model):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
@@ -105,7 +146,7 @@ def build_plan(
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
     pinned = 0
-    if fp16:
+    if fp16 and not typed:
         config.set_flag(trt.BuilderFlag.FP16)
         config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
         pinned = _pin_fp32_layers(trt, network)

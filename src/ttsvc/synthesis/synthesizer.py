@@ -95,6 +95,12 @@ class Synthesizer:
         """Vocoder seconds per frame (context included); 0 until ``calibrate`` ran."""
         self.acoustic_cost_s = 0.0
         """Acoustic engine seconds per phoneme id; 0 until ``calibrate`` ran."""
+        self.flow_call_s = 0.0
+        """Seconds a stateful flow call costs beyond its frames (0 for context engines, whose
+        per-frame cost is measured on a full window): 3.5 ms on this project's 2-core AMD EPYC,
+        the cost of a 45-frame flow window, so a step estimate ignoring it was far off."""
+        self.vocoder_call_s = 0.0
+        """The same for the vocoder (0.5 ms there)."""
         self._seconds_per_id: float | None = None
 
     @property
@@ -141,14 +147,10 @@ class Synthesizer:
         """Measure flow + vocoder cost per frame (after a warm-up run) for the playback cap,
         and each engine's own cost (per frame, per phoneme id) for a worker's step estimates."""
         channels = self.engines.manifest.latent_channels
-        width = frames + self.vocoder_context.left + self.vocoder_context.right
-        window = np.zeros((1, channels, width), dtype=np.float32)
-        costs = []
-        for stage in (self.frames, self.engines.vocoder.waveform):
-            stage(window)
-            started = time.perf_counter()
-            stage(window)
-            costs.append((time.perf_counter() - started) / width)
+        if self.stateful:
+            costs = self._calibrate_calls(channels, frames)
+        else:
+            costs = self._calibrate_windows(channels, frames)
         ids = [i for sentence in self.sentences(CANARY_TEXT) for i in sentence.ids]
         params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
         started = time.perf_counter()
@@ -158,6 +160,47 @@ class Synthesizer:
         self.vocoder_cost_s = costs[1]
         self.frame_cost_s = sum(costs)
         return self.frame_cost_s
+
+    def _calibrate_windows(self, channels: int, frames: int) -> list[float]:
+        """Context engines: seconds per frame of a window of ``frames`` and its context."""
+        width = frames + self.vocoder_context.left + self.vocoder_context.right
+        window = np.zeros((1, channels, width), dtype=np.float32)
+        costs = []
+        for stage in (self.frames, self.engines.vocoder.waveform):
+            stage(window)
+            started = time.perf_counter()
+            stage(window)
+            costs.append((time.perf_counter() - started) / width)
+        return costs
+
+    def _calibrate_calls(self, channels: int, frames: int, small: int = 4) -> list[float]:
+        """Stateful engines: seconds per frame, and per call beside (``flow_call_s``,
+        ``vocoder_call_s``), from calls of ``small`` and ``frames`` frames mid-sentence (the
+        best of three each: a neighbour's load only ever adds)."""
+        costs = []
+        for stage in (self.engines.flow, self.engines.vocoder):
+            if stage is None:
+                costs.append(0.0)
+                continue
+            assert isinstance(stage, StreamingEngine)
+            timings = []
+            for width in (small, frames):
+                window = np.zeros((1, channels, width), dtype=np.float32)
+                best = float("inf")
+                for _ in range(4):  # the first warms the engine up
+                    carry = StreamCarry(total=1 << 30, position=1 << 20)
+                    started = time.perf_counter()
+                    stage.step(window, carry)
+                    best = min(best, time.perf_counter() - started)
+                timings.append(best)
+            per_frame = max(timings[1] - timings[0], 1e-9) / (frames - small)
+            call = max(0.0, timings[0] - small * per_frame)
+            if stage is self.engines.flow:
+                self.flow_call_s = call
+            else:
+                self.vocoder_call_s = call
+            costs.append(per_frame)
+        return costs
 
     def seconds_per_id(self) -> float:
         """Audio seconds per phoneme id at speed 1, measured once on the canary sentence.

@@ -58,16 +58,16 @@ def chunk_cost(stream: _Stream, first_chunk_s: float) -> float:
     synth, call = stream.synth, stream.pending
     first = synth.schedule.first
     vctx, fctx = synth.vocoder_context, synth.flow_context
-    window = (first + vctx.left + vctx.right) * synth.vocoder_cost_s
-    flow = 0.0 if fctx is None else (first + vctx.right + fctx.right) * synth.flow_cost_s
+    window = synth.vocoder_call_s + (first + vctx.left + vctx.right) * synth.vocoder_cost_s
+    flow = (0.0 if fctx is None else synth.flow_call_s
+            + (first + vctx.right + fctx.right) * synth.flow_cost_s)  # fmt: skip
     if call is None:  # not started: front end, acoustic run, then the first window
         return first_chunk_s
     if call.stage == "acoustic":
         return int(call.inputs.shape[1]) * synth.acoustic_cost_s + flow + window
-    frames = int(call.inputs.shape[2])
     if call.stage == "flow":
-        return frames * synth.flow_cost_s + window
-    return frames * synth.vocoder_cost_s
+        return call_cost(stream, first_chunk_s) + window
+    return call_cost(stream, first_chunk_s)
 
 
 def call_cost(stream: _Stream, first_chunk_s: float) -> float:
@@ -78,8 +78,9 @@ def call_cost(stream: _Stream, first_chunk_s: float) -> float:
         return first_chunk_s
     if call.stage == "acoustic":
         return int(call.inputs.shape[1]) * synth.acoustic_cost_s
-    cost = synth.flow_cost_s if call.stage == "flow" else synth.vocoder_cost_s
-    return int(call.inputs.shape[2]) * cost
+    if call.stage == "flow":
+        return synth.flow_call_s + int(call.inputs.shape[2]) * synth.flow_cost_s
+    return synth.vocoder_call_s + int(call.inputs.shape[2]) * synth.vocoder_cost_s
 
 
 def slowdown_after(slowdown: float, elapsed: float, estimate: float) -> float:

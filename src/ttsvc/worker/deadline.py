@@ -189,9 +189,11 @@ class DeadlineScheduler(DeadlinePolicy):
         if stream.steps is None:
             stream.started_at = self.clock()
             job = stream.job
+            alone = len(self.streams) <= 1  # nothing else plays: a smaller first window
+            schedule = stream.synth.schedule.alone() if alone else None
             stream.steps = stream.synth.stream_steps(
-                job.text, StreamScheduler._params(stream), budget=lambda: self.budget(stream),
-                max_audio_s=job.max_audio_s)  # fmt: skip
+                job.text, StreamScheduler._params(stream), schedule,
+                budget=lambda: self.budget(stream), max_audio_s=job.max_audio_s)  # fmt: skip
             answer = None
         else:
             assert stream.pending is not None

@@ -35,7 +35,9 @@ def load(
 
     A swap passes the serving engines' measured costs per frame (flow and vocoder together, and
     the flow's part): the new set runs the same architecture on the same machine, and measuring
-    again would compete with live streams. A voice loaded for a request skips the canary
+    again would compete with live streams. Stateful engines measure anyway (their per-call cost
+    is not among those passed, and the serving set may be of the other kind): about 0.2 s of
+    one core. A voice loaded for a request skips the canary
     (``canary=False``): a staging worker already ran it on these exact bytes (the load still
     checks every file's sha256), and the request is waiting.
     """
@@ -55,7 +57,7 @@ def load(
     if failure is not None:
         raise EngineError(f"{spec.source} ({spec.label}): {failure}",
                           reason=f"canary synthesis failed: {failure}")  # fmt: skip
-    if cost[0] > 0:  # frame cost, flow's share of it, acoustic cost per id
+    if cost[0] > 0 and not synth.stateful:  # frame cost, flow's share of it, acoustic cost per id
         synth.frame_cost_s, synth.flow_cost_s, synth.acoustic_cost_s = cost
         synth.vocoder_cost_s = cost[0] - cost[1]
     else:
