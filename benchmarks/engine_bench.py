@@ -271,19 +271,24 @@ def bench_synthesis(
     params: SynthesisParams,
     repeat: int,
     warmup: list[str],
+    synth_of: dict[str, Synthesizer] | None = None,
 ) -> list[dict[str, Any]]:
     """Per sentence: ``repeat`` rounds of one-shot plus every schedule, in rotating order.
 
+    ``synth_of`` names the schedules streamed on another engine set (``--compare-dir``): they
+    are timed in the same rotation, against the same one-shot runs of ``synth``.
     GC is collected before and disabled during a sentence's runs so a collection pause does not
     land on one variant's millisecond-scale timing.
     """
-    probe = StreamProbe(synth)
+    synth_of = synth_of or {}
+    probes = {id(s): StreamProbe(s) for s in [synth, *synth_of.values()]}
     variants = [ONE_SHOT, *schedules]
 
     def run(variant: str, text: str) -> tuple[dict[str, float], np.ndarray]:
         if variant == ONE_SHOT:
             return run_one_shot(synth, text, params)
-        return run_streamed(synth, probe, text, params, schedules[variant])
+        streaming = synth_of.get(variant, synth)
+        return run_streamed(streaming, probes[id(streaming)], text, params, schedules[variant])
 
     for text in warmup:  # first runs allocate ORT arenas and fill caches; not measured
         for variant in variants:
@@ -499,7 +504,9 @@ def render(summary: dict[str, Any], machine: dict[str, Any], settings: dict[str,
         f"({summary['audio_s_total']:.1f} s of audio per variant), ORT threads "
         f"{settings['threads']}, noise 0, seed {settings['seed']}, "
         f"{settings['loads']} engine-set loads",
-        f"- engines: {settings['engines']} ({settings['streaming']})",
+        f"- engines: {settings['engines']} ({settings['streaming']}; one-shot runs on these)"
+        + ("" if not settings.get("compared") else f"; compared: {settings['compared']['engines']}"
+           f" ({settings['compared']['streaming']}), its streamed runs labelled so"),
         "",
         "| metric | median | p90 | target | result |",
         "|---|---|---|---|---|",
@@ -541,6 +548,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="8:8:512,8:2:128,16:8:512",
         help="comma-separated first:growth:max frame window schedules",
     )
+    parser.add_argument("--compare-dir", type=Path, default=None,
+                        help="another engines directory (e.g. --streaming context engines): "
+                        "its streamed runs join the same rotation, against the same one-shot "
+                        "runs of --engines-dir")  # fmt: skip
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write results")
     args = parser.parse_args(argv)
     for name in ("threads", "n", "repeat", "loads"):
@@ -574,6 +585,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     synth = Synthesizer(load_engine_set(version.path, args.threads))
     synth.calibrate()  # as a worker does: windows are capped to playback
+    synth_of: dict[str, Synthesizer] = {}
+    compared = None
+    if args.compare_dir is not None:
+        compared = ensure_default_voice(args.compare_dir, log)
+        other = Synthesizer(load_engine_set(compared.path, args.threads))
+        other.calibrate()
+        kind = other.engines.manifest.streaming
+        for label, schedule in list(schedules.items()):
+            schedules[f"{label} {kind}"] = schedule
+            synth_of[f"{label} {kind}"] = other
     for text in texts + warmup:  # the per-sentence comparison assumes one engine run per line
         count = len(synth.sentences(text))
         if count != 1:
@@ -582,7 +603,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     log(f"synthesis: {len(texts)} sentences x {args.repeat} x {1 + len(schedules)} variants")
     started = time.perf_counter()
     records = bench_synthesis(
-        synth, texts, schedules=schedules, params=params, repeat=args.repeat, warmup=warmup
+        synth, texts, schedules=schedules, params=params, repeat=args.repeat, warmup=warmup,
+        synth_of=synth_of,
     )
     duration = time.perf_counter() - started
 
@@ -602,6 +624,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "params": params.model_dump(),
         "engines": relative(version.path),
         "streaming": synth.engines.manifest.streaming,
+        "compared": None if compared is None else {
+            "engines": relative(compared.path),
+            "streaming": next(iter(synth_of.values())).engines.manifest.streaming,
+        },
         "contexts": {k: v.model_dump() for k, v in synth.engines.manifest.contexts.items()},
         "sample_rate": synth.sample_rate,
         "hop_length": synth.hop,

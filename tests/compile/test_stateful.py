@@ -126,12 +126,23 @@ def _sabotaged(name: str, replacement: object) -> Iterator[None]:
 
 
 def test_a_misaligned_branch_is_caught(stack_input: np.ndarray) -> None:
-    """Without delay lines the residual and the averaged branches join out of step."""
+    """Without delays the residual and the averaged branches join out of step."""
 
-    def no_delay(self: stateful._Builder, x: str, channels: int, frames: int) -> str:
+    def no_delay(self: stateful._Builder, x: str, channels_of: object, frames: int) -> str:
         return x
 
-    with _sabotaged("delay", no_delay):
+    with _sabotaged("delayed", no_delay):
+        assert _stack_error(synthetic_stack(), stack_input) > 1e-2
+
+
+def test_a_delay_one_frame_short_is_caught(stack_input: np.ndarray) -> None:
+    """Off by one in the residual's delay (taken from the convolution's buffer): caught."""
+    original = stateful._Builder.delayed
+
+    def short(self: stateful._Builder, x: str, channels_of: object, frames: int) -> str:
+        return original(self, x, channels_of, frames - 1) if frames > 1 else x  # type: ignore[arg-type]
+
+    with _sabotaged("delayed", short):
         assert _stack_error(synthetic_stack(), stack_input) > 1e-2
 
 

@@ -60,6 +60,8 @@ _PASS_THROUGH = frozenset(
 )
 _JOINING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Concat", "Max", "Min", "Where"})
 _SHAPE_ONLY = frozenset({"Shape", "ConstantOfShape", "Constant"})
+_ZERO_KEEPING = frozenset({"LeakyRelu", "Relu"})
+"""Activations that map 0 to 0, so a convolution may cache their input in their stead."""
 
 
 class NotStreamable(GraphShapeError):
@@ -103,6 +105,13 @@ class _Builder:
         self._consts: dict[tuple[str, bytes], str] = {}
         self._index: dict[int, str] = {}
         self._masks: dict[tuple[int, int], str] = {}
+        self.producer = {out: node for node in model.graph.node for out in node.output}
+        """The original graph's producer of each tensor."""
+        self.timed: dict[str, _Timed] = {}
+        """Each time-varying tensor's lag and rate, as the walk assigns them."""
+        self.views: dict[str, tuple[str, int]] = {}
+        """Tensors a convolution caches as they are: its buffer (cache, then the call's
+        values) and the cache's length."""
 
     def name(self, stem: str) -> str:
         return f"stream/{stem}_{next(self._ids)}"
@@ -152,6 +161,17 @@ class _Builder:
         """``x`` delayed by ``frames`` values along time (a delay line of zeros at the start)."""
         joined, _ = self.carry(x, channels, frames)
         return self.slice_time(joined, 0, -frames)
+
+    def delayed(self, x: str, channels_of: Callable[[str], int], frames: int) -> str:
+        """``x`` delayed by ``frames``: from a convolution's cached buffer of ``x`` where one
+        holds enough of its past (one copy: HiFi-GAN's residual branches), else by a delay
+        line (two copies). The buffer holds ``x`` masked outside the sentence: what is added
+        there is outside the sentence too, and masked before any convolution reads it."""
+        view = self.views.get(x)
+        if view is not None and view[1] >= frames:
+            joined, span = view
+            return self.slice_time(joined, span - frames, -frames)
+        return self.delay(x, channels_of(x), frames)
 
     def index(self, scale: int, like: str) -> str:
         """Sentence indices ``[position*scale + i]`` of a call's values at ``scale`` (int64
@@ -215,7 +235,8 @@ def make_stateful(model: onnx.ModelProto, time_inputs: tuple[str, ...]) -> Strea
     consts = _constants(model)
     channels = _channels(model)
     b = _Builder(model)
-    timed: dict[str, _Timed] = {name: _Timed(0, 1) for name in time_inputs}
+    timed = b.timed
+    timed.update({name: _Timed(0, 1) for name in time_inputs})
 
     def channels_of(name: str) -> int:
         if name not in channels:
@@ -276,10 +297,20 @@ def _conv(b: _Builder, node: onnx.NodeProto, consts: dict[str, np.ndarray], x: _
     if span == 0:
         b.nodes.append(node)
         return x
-    masked = b.mask(node.input[0], x)
-    joined, _ = b.carry(masked, int(weight.shape[1]) * group, span)
+    channels = int(weight.shape[1]) * group
+    activation = b.producer.get(node.input[0])
+    source = activation.input[0] if activation is not None else ""
+    if activation is not None and activation.op_type in _ZERO_KEEPING and b.timed.get(source) == x:
+        # cache the activation's input instead of its output: the same zeros at the edges
+        # (the activation keeps 0 at 0), and a residual branch that delays that input takes
+        # it from this buffer (``_Builder.delayed``) instead of a delay line of its own
+        joined, _ = b.carry(b.mask(source, x), channels, span)
+        b.views[source] = (joined, span)
+        data = b.node(activation.op_type, [joined], **_attrs(activation))
+    else:
+        data, _ = b.carry(b.mask(node.input[0], x), channels, span)
     kept = {k_: v for k_, v in attrs.items() if k_ != "pads"}
-    b.nodes.append(helper.make_node("Conv", [joined, *node.input[1:]], list(node.output),
+    b.nodes.append(helper.make_node("Conv", [data, *node.input[1:]], list(node.output),
                                     name=node.name, pads=[0, 0], **kept))  # fmt: skip
     return _Timed(x.lag + right, x.scale)
 
@@ -305,12 +336,15 @@ def _conv_transpose(
     plain = {k_: v for k_, v in attrs.items() if k_ not in ("pads", "output_padding")}
     full = b.node("ConvTranspose", [masked, node.input[1]], pads=[0, 0], **plain)
     tail = k - stride
+    if tail > stride:
+        raise NotStreamable(f"{node.name}: a kernel over twice the stride")
     if tail:
+        # emitted: the first ``tail`` samples plus the previous call's tail, then the middle;
+        # the last ``tail`` samples are owed to the next call
         name_in, name_out = b.state(channels, tail)
         head = b.node("Add", [b.slice_time(full, 0, tail), name_in])
-        joined = b.node("Concat", [head, b.slice_time(full, tail, _INT64_MAX)], axis=_TIME)
-        emitted = b.slice_time(joined, 0, -tail)
-        b.nodes.append(helper.make_node("Slice", [joined, b.i64(-tail), b.i64(_INT64_MAX),
+        emitted = b.node("Concat", [head, b.slice_time(full, tail, -tail)], axis=_TIME)
+        b.nodes.append(helper.make_node("Slice", [full, b.i64(-tail), b.i64(_INT64_MAX),
                                                   b.i64(_TIME)], [name_out],
                                         name=b.name("tail")))  # fmt: skip
     else:
@@ -339,7 +373,7 @@ def _join(
     inputs = list(node.input)
     for i, name in enumerate(inputs):
         if name in moving and moving[name].lag < lag:
-            inputs[i] = b.delay(name, channels_of(name), lag - moving[name].lag)
+            inputs[i] = b.delayed(name, channels_of, lag - moving[name].lag)
     out = onnx.NodeProto()
     out.CopyFrom(node)
     del out.input[:]
@@ -372,8 +406,22 @@ def _check_not_time(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> None
         raise NotStreamable(f"{node.name}: {node.op_type} along the time axis")
 
 
+def _live(nodes: list[onnx.NodeProto], outputs: list[str]) -> list[onnx.NodeProto]:
+    """``nodes`` without those nothing reads any more (an activation a convolution now applies
+    to its cached buffer instead), in their order."""
+    needed = set(outputs)
+    kept = []
+    for node in reversed(nodes):
+        if any(out in needed for out in node.output):
+            kept.append(node)
+            needed.update(i for i in node.input if i)
+    return kept[::-1]
+
+
 def _assemble(model: onnx.ModelProto, b: _Builder) -> onnx.ModelProto:
     graph = model.graph
+    outputs = [o.name for o in graph.output] + [o.name for o in b.state_outputs]
+    b.nodes = _live(b.nodes, outputs)
     position = helper.make_tensor_value_info(POSITION_INPUT, TensorProto.INT64, [1])
     total = helper.make_tensor_value_info(TOTAL_INPUT, TensorProto.INT64, [1])
     new_graph = helper.make_graph(
