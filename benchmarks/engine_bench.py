@@ -68,6 +68,12 @@ Stats = dict[str, float]
 # --------------------------------------------------------------------------- inputs
 
 
+def _where(path: Path) -> str:
+    """An engine version as ``<root>/<voice>/<version>``: enough to tell two sets apart, and no
+    absolute path of the machine it ran on in the results."""
+    return "/".join(path.parts[-3:])
+
+
 def parse_schedules(spec: str) -> dict[str, WindowSchedule]:
     """``"8:2:128,4:2:128"`` (first:growth:max frames) to schedules keyed by their spelling."""
     schedules: dict[str, WindowSchedule] = {}
@@ -622,10 +628,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             for label, s in schedules.items()
         },
         "params": params.model_dump(),
-        "engines": relative(version.path),
+        "engines": _where(version.path),
         "streaming": synth.engines.manifest.streaming,
         "compared": None if compared is None else {
-            "engines": relative(compared.path),
+            "engines": _where(compared.path),
             "streaming": next(iter(synth_of.values())).engines.manifest.streaming,
         },
         "contexts": {k: v.model_dump() for k, v in synth.engines.manifest.contexts.items()},

@@ -309,6 +309,7 @@ def _conv(b: _Builder, node: onnx.NodeProto, consts: dict[str, np.ndarray], x: _
         data = b.node(activation.op_type, [joined], **_attrs(activation))
     else:
         data, _ = b.carry(b.mask(node.input[0], x), channels, span)
+        b.views[node.input[0]] = (data, span)
     kept = {k_: v for k_, v in attrs.items() if k_ != "pads"}
     b.nodes.append(helper.make_node("Conv", [data, *node.input[1:]], list(node.output),
                                     name=node.name, pads=[0, 0], **kept))  # fmt: skip
