@@ -155,7 +155,7 @@ def test_default_split_follows_the_cpus_this_process_may_use(no_ttsvc_env: objec
     assert settings.cpu_budget() == budget
     assert (settings.workers, settings.compute_threads) == default_split(budget.cpus, "deadline")
     assert (settings.scheduler, settings.realtime_load) == ("deadline", 0.9)
-    assert settings.step_floor_ms == 100.0
+    assert settings.step_floor_ms == 50.0
 
 
 def test_split_flags_reach_the_settings(no_ttsvc_env: object) -> None:

@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     """Share of a process's measured real-time capacity its admitted streams may demand; a new
     stream past it waits for a running one to finish (its time to first audio grows) instead
     of making running streams stall."""
-    step_floor_ms: float = Field(100.0, ge=5.0, le=1000.0)
+    step_floor_ms: float = Field(50.0, ge=5.0, le=1000.0)
     """The shortest bound the deadline scheduler puts on a step (a flow chunk or vocoder window)
     while other streams wait for a thread: larger steps overlap less, so a saturated worker
     computes more audio per second, and a stream that needs a thread waits up to this long."""

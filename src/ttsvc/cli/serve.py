@@ -55,7 +55,7 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "new stream waits (default 0.9)")
     p.add_argument("--step-floor-ms", type=float, default=None,
                    help="shortest bound the deadline scheduler puts on a step: larger overlaps "
-                   "less (throughput), a stream needing a thread waits longer (default 100)")
+                   "less (throughput), a stream needing a thread waits longer (default 50)")
     p.add_argument("--engines-dir", type=Path, default=None, help="engine repository root")
     p.add_argument("--voice", default=None, help="voice for requests that name none")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads per engine run")

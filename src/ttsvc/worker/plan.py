@@ -20,5 +20,5 @@ class ComputePlan:
     """``deadline`` (``worker.deadline``) or ``legacy`` (``worker.compute``: one thread)."""
     load_limit: float = 0.9
     """Share of the measured real-time capacity admitted streams may demand."""
-    step_floor_s: float = 0.1
+    step_floor_s: float = 0.05
     """The shortest bound the deadline scheduler puts on a step."""
