@@ -276,16 +276,23 @@ def make_stateful(model: onnx.ModelProto, time_inputs: tuple[str, ...]) -> Strea
     return StreamingGraph(result, lag, scale, len(b.state_inputs))
 
 
-def _conv(b: _Builder, node: onnx.NodeProto, consts: dict[str, np.ndarray], x: _Timed) -> _Timed:
+def _kernel(
+    node: onnx.NodeProto, consts: dict[str, np.ndarray]
+) -> tuple[dict[str, Any], np.ndarray, int, int, int]:
+    """A 1-D (transposed) convolution's attributes, constant weight, kernel size, stride and
+    groups (``NotStreamable`` when its weight is not a constant ``[out, in, k]`` tensor)."""
     attrs = _attrs(node)
     weight = consts.get(node.input[1])
     if weight is None or weight.ndim != 3:
-        raise NotStreamable(f"{node.name}: a 1-D convolution with constant weights is expected")
-    k = int(weight.shape[2])
-    dilation = int(attrs.get("dilations", [1])[0])
+        raise NotStreamable(f"{node.name}: a 1-D {node.op_type} with constant weights is expected")
     stride = int(attrs.get("strides", [1])[0])
+    return attrs, weight, int(weight.shape[2]), stride, int(attrs.get("group", 1))
+
+
+def _conv(b: _Builder, node: onnx.NodeProto, consts: dict[str, np.ndarray], x: _Timed) -> _Timed:
+    attrs, weight, k, stride, group = _kernel(node, consts)
+    dilation = int(attrs.get("dilations", [1])[0])
     pads = list(attrs.get("pads", [0, 0]))
-    group = int(attrs.get("group", 1))
     if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
         raise NotStreamable(f"{node.name}: auto_pad")
     if stride != 1:
@@ -319,14 +326,8 @@ def _conv(b: _Builder, node: onnx.NodeProto, consts: dict[str, np.ndarray], x: _
 def _conv_transpose(
     b: _Builder, node: onnx.NodeProto, consts: dict[str, np.ndarray], x: _Timed
 ) -> _Timed:
-    attrs = _attrs(node)
-    weight = consts.get(node.input[1])
-    if weight is None or weight.ndim != 3:
-        raise NotStreamable(f"{node.name}: a 1-D transposed convolution with constant weights")
-    k = int(weight.shape[2])
-    stride = int(attrs.get("strides", [1])[0])
+    attrs, weight, k, stride, group = _kernel(node, consts)
     pads = [int(p) for p in attrs.get("pads", [0, 0])]
-    group = int(attrs.get("group", 1))
     extra = int(attrs.get("output_padding", [0])[0])
     if list(attrs.get("dilations", [1])) != [1] or "output_shape" in attrs:
         raise NotStreamable(f"{node.name}: a dilated or shaped transposed convolution")
