@@ -14,11 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from ttsvc.audio.wav import read_wav
 from ttsvc.cli import build_parser
 from ttsvc.cli.args import overrides
-from ttsvc.config import Settings
+from ttsvc.cli.engines import resolve_engines
+from ttsvc.config import DEFAULT_VOICE, Settings
 from ttsvc.cpus import CpuBudget, cpu_budget, default_split
 from ttsvc.errors import Unauthorized
 from ttsvc.gateway.auth import KeyStore
@@ -402,3 +404,28 @@ def test_compile_prints_numbered_steps_and_an_estimate_first(tmp_path: Path) -> 
     assert estimate < calibrate
     assert re.search(r"about \d+ s on this machine", lines[estimate])
     assert result.stdout.startswith("published en_US-joe-medium version 1")
+
+
+def test_the_first_start_compile_logs_its_steps_under_a_named_event(
+    tmp_path: Path, no_ttsvc_env: pytest.MonkeyPatch
+) -> None:
+    """Loki and Grafana filter on ``event``: the first start's compile steps were all
+    ``"event": "default"``, which says nothing (issue 28)."""
+    settings = Settings(engines_dir=tmp_path / "engines")
+    with structlog.testing.capture_logs() as logs:
+        path = resolve_engines(settings, DEFAULT_VOICE)
+    assert (path / "manifest.json").is_file()
+    assert {entry["event"] for entry in logs} == {"compile_default_voice"}
+    assert any(entry["detail"].startswith("step 1/") for entry in logs)
+
+
+def test_top_level_help_speaks_to_users_and_defaults_show_once() -> None:
+    """``ttsvc --help`` showed the module's developer docstring, and --cors-origin printed
+    its default twice (issue 28)."""
+    top = _ttsvc("--help", cwd=Path.cwd())
+    assert top.returncode == 0 and "``" not in top.stdout
+    assert "Streaming text-to-speech" in top.stdout
+    serve = " ".join(_ttsvc("serve", "--help", cwd=Path.cwd()).stdout.split())
+    cors = serve[serve.index("--cors-origin CORS_ORIGINS allow"):]
+    assert cors[: cors.index("; env")].count("default") == 1
+    assert "--window-budget-share WINDOW_BUDGET_SHARE legacy scheduler only" in serve

@@ -20,13 +20,22 @@ from ttsvc.config import Settings
 from ttsvc.errors import TTSError
 from ttsvc.observability.logs import capture_stray_output, configure_logging, get_logger
 
-# the docstring above is the top-level --help; each subcommand's flags and command are in its
+# ``DESCRIPTION`` is the top-level --help; each subcommand's flags and command are in its
 # own module (compile, synth, serve, keys, engines), the shared argument helpers in args
+
+DESCRIPTION = (
+    "Streaming text-to-speech: serve it over HTTP, WebSocket and Wyoming (serve), compile "
+    "Piper voices into engines (compile), synthesize to a WAV file (synth), manage API keys "
+    "(keys) and engine versions (engines). Every setting flag also reads a TTSVC_* "
+    "environment variable."
+)
+"""What ``ttsvc --help`` says: for the person at the prompt (the module docstring is for
+developers)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
-    parser = argparse.ArgumentParser(prog="ttsvc", description=__doc__,
+    parser = argparse.ArgumentParser(prog="ttsvc", description=DESCRIPTION,
                                      formatter_class=HelpFormatter)  # fmt: skip
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -33,7 +33,8 @@ def resolve_engines(settings: Settings, voice: str) -> Path:
     latest = repo.latest(voice)
     if latest is None and voice == DEFAULT_VOICE and settings.compile_default_voice:
         log = get_logger("engines")
-        latest = ensure_default_voice(settings.engines_dir, lambda m: log.info("default", detail=m))
+        latest = ensure_default_voice(settings.engines_dir,
+                                      lambda m: log.info("compile_default_voice", detail=m))
     if latest is None:
         raise UnknownVoice(f"no engines for voice {voice!r} in {settings.engines_dir}")
     return latest.path

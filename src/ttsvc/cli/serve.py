@@ -77,7 +77,8 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="serve one whole request at a time per worker (default: streams "
                    "interleaved window by window)")
     p.add_argument("--window-budget-share", type=float, default=None,
-                   help="share of a peer stream's buffered audio a window may take")  # fmt: skip
+                   help="legacy scheduler only: share of a peer stream's buffered audio a "
+                   "window may take")  # fmt: skip
     p.add_argument("--first-window", type=int, default=None, help="frames in the first window")
     p.add_argument("--alone-first-window", type=int, default=None,
                    help="frames in the first window of a stream that starts while its worker "
@@ -100,7 +101,7 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--log-format", choices=["auto", "json", "console"], default=None,
                    help="auto: readable lines on a terminal, JSON lines otherwise")
     p.add_argument("--cors-origin", action="append", default=None, dest="cors_origins",
-                   help="allow browser calls from this origin (repeatable; default: none)")
+                   help="allow browser calls from this origin (repeatable) (default: none)")
     p.add_argument("--voice-alias", action="append", default=None, dest="voice_aliases",
                    metavar="NAME=VOICE", help="map a voice name to a served voice (repeatable; "
                    "default: OpenAI's voice names to --voice)")
