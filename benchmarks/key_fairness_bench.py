@@ -53,8 +53,8 @@ from bench_common import (
     write_raw,
 )
 from ttsvc.compile.build import ensure_default_voice
-from ttsvc.gateway.auth import append_key, key_line, new_key
-from ttsvc.gateway.ratelimit import Quota
+from ttsvc.gateway.core.keys import append_key, key_line, new_key
+from ttsvc.gateway.core.quotas import Quota
 
 DEFAULT_JSON = RESULTS / "key_fairness_bench.json"
 READY_TIMEOUT_S = 180.0

@@ -23,8 +23,8 @@ from ttsvc.cli.engines import resolve_engines
 from ttsvc.config import DEFAULT_VOICE, Settings
 from ttsvc.cpus import CpuBudget, cpu_budget, default_split
 from ttsvc.errors import Unauthorized
-from ttsvc.gateway.auth import KeyStore
-from ttsvc.gateway.ratelimit import Quota
+from ttsvc.gateway.core.keys import KeyStore
+from ttsvc.gateway.core.quotas import Quota
 from ttsvc.memory import cgroup_memory_limit, worker_memory_mb
 from ttsvc.repository.layout import EngineVersion
 

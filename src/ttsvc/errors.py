@@ -245,7 +245,7 @@ class PayloadTooLarge(TTSError):
 
 class RequestTimeout(TTSError):
     """The request body did not arrive within its deadline (answered by the connection, not the
-    app: see ``gateway/connections.py``)."""
+    app: see ``gateway/http/connections.py``)."""
 
     status = 408
     type = "request_timeout"

@@ -1,6 +1,6 @@
 """The ranges of what a request may ask of a voice, declared once.
 
-Every API's request body (``gateway/models.py``, ``gateway/openai_compat.py``) and the
+Every API's request body (``gateway/core/order.py``, ``gateway/http/openai.py``) and the
 synthesizer's own parameters (``synthesis/params.py``, built in the worker) validate the same
 fields; with one declaration an API cannot accept a value the worker then refuses, and a range
 changes in one place. Pydantic only (no numpy, no engines): the gateway imports it.

@@ -17,8 +17,8 @@ from typing import TypeVar
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from ttsvc.gateway.auth import append_key, key_line, new_key
-from ttsvc.gateway.ratelimit import Quota
+from ttsvc.gateway.core.keys import append_key, key_line, new_key
+from ttsvc.gateway.core.quotas import Quota
 
 T = TypeVar("T")
 HEALTH_POLLS = 600  # bounded wait for READY: each poll blocks up to 0.1 s on the socket

@@ -25,8 +25,8 @@ import pytest
 from tests.gateway.serving import HEALTH_POLLS, Server, bearer, write_keys
 from ttsvc.config import Settings
 from ttsvc.errors import Unauthorized
-from ttsvc.gateway.auth import KeyFileError, KeyStore, hash_key, parse_keys
-from ttsvc.gateway.ratelimit import Quota
+from ttsvc.gateway.core.keys import KeyFileError, KeyStore, hash_key, parse_keys
+from ttsvc.gateway.core.quotas import Quota
 from ttsvc.repository.layout import EngineVersion
 
 ORIGIN = "https://app.example.com"

@@ -19,17 +19,18 @@ WORKER_STACK = (
     "ttsvc.worker.process", "ttsvc.worker.deadline", "ttsvc.worker.costs", "ttsvc.worker.loading",
     "ttsvc.worker.deadline_policy",
     "ttsvc.worker.compute", "ttsvc.worker.batching", "ttsvc.worker.voices", "ttsvc.worker.heap",
+    "ttsvc.worker.scheduling", "ttsvc.worker.streams",
 )  # fmt: skip
 
 PROBE = """
 import importlib, json, pkgutil, sys
 from pathlib import Path
-import ttsvc.gateway, ttsvc.pool
+import ttsvc.gateway, ttsvc.lifecycle, ttsvc.pool
 from ttsvc.config import Settings
 from ttsvc.gateway.app import create_app
 create_app(Settings(engines_dir=Path(sys.argv[1])), "en_US-joe-medium")
-for package in (ttsvc.gateway, ttsvc.pool):  # every module of the two, not only those the app uses
-    for module in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+for package in (ttsvc.gateway, ttsvc.lifecycle, ttsvc.pool):  # all, not only the app's
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         importlib.import_module(module.name)
 print(json.dumps(sorted(sys.modules)))
 """
@@ -40,6 +41,6 @@ def test_building_the_gateway_imports_nothing_of_the_worker_stack(tmp_path: Path
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     loaded = json.loads(out.stdout)
     assert "ttsvc.gateway.app" in loaded and "ttsvc.worker.entry" in loaded  # the probe ran
-    assert "ttsvc.gateway.wyoming" in loaded and "ttsvc.pool.rollout" in loaded
+    assert "ttsvc.gateway.wyoming.server" in loaded and "ttsvc.pool.rollout" in loaded
     heavy = [m for m in loaded if any(m == p or m.startswith(p + ".") for p in WORKER_STACK)]
     assert heavy == []

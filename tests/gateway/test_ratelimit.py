@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ttsvc.errors import KeyStreamsExceeded, RateLimited
-from ttsvc.gateway.ratelimit import ACTIVE_WINDOW_S, CHARS_PER_AUDIO_SECOND, KeyRateLimiter, Quota
+from ttsvc.gateway.core.quotas import ACTIVE_WINDOW_S, CHARS_PER_AUDIO_SECOND, KeyRateLimiter, Quota
 
 
 class FakeClock:

@@ -21,7 +21,7 @@ import soundfile as sf
 
 from tests.audio.decoding import decode, decode_both, rms
 from tests.gateway.serving import Server, wait_until
-from ttsvc.gateway.sse import SpeechEventBody
+from ttsvc.gateway.http.sse import SpeechEventBody
 from ttsvc.repository.layout import EngineVersion
 
 TEXT = "Streaming events for agents. Each one carries a little audio."

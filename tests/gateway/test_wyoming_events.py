@@ -17,7 +17,7 @@ from wyoming.event import Event
 
 from tests.gateway.serving import Server, wait_until
 from ttsvc.errors import InvalidJson, PayloadTooLarge, RequestTimeout
-from ttsvc.gateway.wyoming_events import EventLimits, EventReader, IdleConnection
+from ttsvc.gateway.wyoming.events import EventLimits, EventReader, IdleConnection
 from ttsvc.repository.layout import EngineVersion
 
 LIMITS = EventLimits(max_bytes=1024, idle_s=0.05, header_s=0.05, body_s=0.05)

@@ -42,8 +42,8 @@ def add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
-    from ttsvc.gateway.auth import KeyFileError, parse_keys, remove_key  # noqa: PLC0415
-    from ttsvc.gateway.ratelimit import Quota  # noqa: PLC0415
+    from ttsvc.gateway.core.keys import KeyFileError, parse_keys, remove_key  # noqa: PLC0415
+    from ttsvc.gateway.core.quotas import Quota  # noqa: PLC0415
 
     path = settings.api_keys_file
     if path is None:
@@ -74,14 +74,14 @@ def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _add_key(args: argparse.Namespace, path: Path) -> int:
-    from ttsvc.gateway.auth import (  # noqa: PLC0415
+    from ttsvc.gateway.core.keys import (  # noqa: PLC0415
         KeyFileError,
         append_key,
         key_line,
         new_key,
         parse_keys,
     )
-    from ttsvc.gateway.ratelimit import Quota  # noqa: PLC0415
+    from ttsvc.gateway.core.quotas import Quota  # noqa: PLC0415
 
     if (
         (args.rpm is not None and args.rpm < 1)

@@ -4,10 +4,11 @@ Runs in the gateway process on one asyncio loop. Nothing here synthesizes or pho
 happens in workers, so the loop only moves bytes. Every error body is ``{"error", "type"}`` from
 the error classes' own status and type (one table, ``ttsvc.errors``).
 
-This module only wires the app together: the lifespan (pool, voices, keys, metrics, Wyoming), the
-middleware, the error handlers (``ttsvc.gateway.responses``) and the routes
-(``ttsvc.gateway.routes``). A request's way through lives in ``ttsvc.gateway.exchange`` and
-``ttsvc.gateway.encoding``, the gateway's shared state in ``ttsvc.gateway.state``.
+This module only wires the app together (with ``server``, the gateway's composition root): the
+lifespan (pool, voices, keys, metrics, Wyoming), the middleware, the error handlers
+(``http.errors``) and the routes (``http.routes``). A request's way through lives in the request
+core (``core.exchange``, the gateway's shared state in ``core.state``); each transport (``http``,
+``ws``, ``wyoming``) only turns its own requests into the core's and its audio into its wire.
 """
 
 from __future__ import annotations
@@ -30,14 +31,16 @@ from starlette.exceptions import HTTPException
 from ttsvc.balancer import HeatScoreBalancer
 from ttsvc.config import Settings
 from ttsvc.errors import TTSError
-from ttsvc.gateway.auth import KeyStore
-from ttsvc.gateway.catalog import VoiceCatalog
-from ttsvc.gateway.hotswap import EngineSwapper
-from ttsvc.gateway.limits import BodyLimit, StreamAbort, body_cap
-from ttsvc.gateway.ratelimit import KeyRateLimiter, Quota
-from ttsvc.gateway.responses import crashed, http_error, invalid, tts_error
-from ttsvc.gateway.routes import add_routes
-from ttsvc.gateway.state import GatewayState
+from ttsvc.gateway.core.keys import KeyStore
+from ttsvc.gateway.core.quotas import KeyRateLimiter, Quota
+from ttsvc.gateway.core.state import GatewayState
+from ttsvc.gateway.http.errors import crashed, http_error, invalid, tts_error
+from ttsvc.gateway.http.limits import BodyLimit, StreamAbort, body_cap
+from ttsvc.gateway.http.openai import OPENAI_VOICES
+from ttsvc.gateway.http.routes import add_routes
+from ttsvc.gateway.ws.route import install as install_stream
+from ttsvc.lifecycle.catalog import VoiceCatalog
+from ttsvc.lifecycle.swapper import EngineSwapper
 from ttsvc.observability.logs import get_logger
 from ttsvc.pool.handle import WorkerSpec
 from ttsvc.pool.supervisor import WorkerPool
@@ -53,6 +56,8 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
     """Build the app; the worker pool starts in the lifespan, not at import or construction."""
     slots = settings.workers * settings.max_streams_per_worker
     state = GatewayState(settings, voice, limiter=KeyRateLimiter(time.monotonic, slots))
+    # OpenAI's voice names all mean the default voice; the settings may name more
+    state.aliases = {**dict.fromkeys(OPENAI_VOICES, voice), **settings.voice_aliases}
     state.idle.set()
     if settings.api_keys_file is not None:
         default = Quota(settings.default_rpm, settings.default_audio_s_per_min,
@@ -125,7 +130,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         wyoming = None
         if settings.wyoming_port:
             # imported here: its protocol library is loaded only where the port is on
-            from ttsvc.gateway.wyoming import WyomingServer  # noqa: PLC0415
+            from ttsvc.gateway.wyoming.server import WyomingServer  # noqa: PLC0415
 
             wyoming = WyomingServer(state, settings.wyoming_host or settings.host,
                                     settings.wyoming_port)  # fmt: skip
@@ -174,6 +179,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
         )
 
     add_routes(app, state)
+    install_stream(app, state)  # the WebSocket: a transport of its own beside HTTP's routes
     return app
 
 

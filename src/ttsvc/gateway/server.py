@@ -19,9 +19,9 @@ import uvicorn
 from ttsvc.config import Settings
 from ttsvc.errors import PortUnavailable, ShutDown
 from ttsvc.gateway.app import create_app
-from ttsvc.gateway.connections import ClientDeadlines, deadline_protocol
-from ttsvc.gateway.limits import QuietAborts
-from ttsvc.gateway.state import GatewayState
+from ttsvc.gateway.core.state import GatewayState
+from ttsvc.gateway.http.connections import ClientDeadlines, deadline_protocol
+from ttsvc.gateway.http.limits import QuietAborts
 from ttsvc.observability.logs import get_logger
 
 log = get_logger("server")

@@ -2,7 +2,7 @@
 
 Why a module of its own: this part of hot swap only looks at files (watchfiles events, manifests,
 file states, sha256) and needs nothing from the gateway or the worker pool, so it belongs with the
-engines directory it watches. The gateway's ``EngineSwapper`` (``ttsvc.gateway.hotswap``) decides
+engines directory it watches. The gateway's ``EngineSwapper`` (``ttsvc.lifecycle.swapper``) decides
 what to do with a version judged here: wait for it to settle, stage it, roll it out, report it.
 
 Nothing here parses an engine file: files are compared with their manifest (size, then sha256),

@@ -7,21 +7,34 @@ refuses an engine set whose canary fails (``canary_failure``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from ttsvc.synthesis.params import SynthesisParams
+from ttsvc.text.frontend import Sentence
 
-if TYPE_CHECKING:  # type only: the synthesizer imports CANARY_TEXT from here
-    from ttsvc.synthesis.synthesizer import Synthesizer
+
+class Speaker(Protocol):
+    """What the canary asks of a synthesizer (the synthesizer imports ``CANARY_TEXT`` from here,
+    so it is described, not imported)."""
+
+    @property
+    def sample_rate(self) -> int: ...
+
+    def sentences(self, text: str) -> list[Sentence]: ...
+
+    def one_shot(
+        self, ids: tuple[int, ...] | list[int], params: SynthesisParams
+    ) -> npt.NDArray[np.float32]: ...
 
 
 CANARY_TEXT = "The quick brown fox jumps over the lazy dog."
 """What every engine set must say before it serves."""
 
 
-def canary_failure(synth: Synthesizer) -> str | None:
+def canary_failure(synth: Speaker) -> str | None:
     """Why ``synth``'s engines must not serve, or ``None`` when the canary passes.
 
     Loading proves the graph parses, not that it speaks: a corrupted weight can load and output

@@ -20,7 +20,7 @@ batches (``BatchFlowEngine`` / ``BatchVocoderEngine``, ``max_batch`` > 1 in the 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,9 +33,9 @@ from ttsvc.backends.base import (
     StreamingEngine,
 )
 from ttsvc.errors import EngineError
-from ttsvc.protocol import FromWorker
 from ttsvc.synthesis import Answer, AudioChunk, FrameCall, Synthesizer
-from ttsvc.worker.compute import StreamScheduler, _Stream
+from ttsvc.worker.compute import StreamScheduler
+from ttsvc.worker.streams import ActiveStream, Send
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class BatchStreamScheduler(StreamScheduler):
         self.batch_sizes: list[int] = []
         """Size of every batch run, in order (for tests and benchmarks)."""
 
-    def _pending(self, stream: _Stream) -> PendingWindow:
+    def _pending(self, stream: ActiveStream) -> PendingWindow:
         call = stream.pending
         assert call is not None
         engines = stream.synth.engines
@@ -127,7 +127,7 @@ class BatchStreamScheduler(StreamScheduler):
             limit=batch_limit(engines),
         )
 
-    def step(self, send: Callable[[FromWorker], None]) -> None:
+    def step(self, send: Send) -> None:
         """Start fresh streams, then run one batch and advance the streams it served."""
         self._prime(send)
         pending = [self._pending(s) for s in self.streams.values() if s.pending is not None]
@@ -153,7 +153,7 @@ class BatchStreamScheduler(StreamScheduler):
             stream.compute_s += elapsed / len(batch)
             self._advance(stream, answer, elapsed, send)
 
-    def _prime(self, send: Callable[[FromWorker], None]) -> None:
+    def _prime(self, send: Send) -> None:
         """Run the front end and first sentence engine of fresh streams, oldest first, at most
         a batch of them per step, so their first windows can run as one batch."""
         fresh = sorted(
@@ -163,7 +163,7 @@ class BatchStreamScheduler(StreamScheduler):
             stream.started_at = time.monotonic()
             started = time.perf_counter()
             try:
-                stream.steps = stream.synth.stream_steps(stream.job.text, self._params(stream),
+                stream.steps = stream.synth.stream_steps(stream.job.text, stream.params(),
                                                          max_audio_s=stream.job.max_audio_s)
             except Exception as exc:
                 self._fail(stream, exc, send)
@@ -173,10 +173,10 @@ class BatchStreamScheduler(StreamScheduler):
 
     def _advance(
         self,
-        stream: _Stream,
+        stream: ActiveStream,
         answer: Answer | None,
         elapsed: float,
-        send: Callable[[FromWorker], None],
+        send: Send,
     ) -> None:
         """Hand ``stream`` its answer and run it to its next frame-engine call, sending the chunks
         it completes on the way (a sentence's acoustic run is answered here: it is once per
@@ -189,7 +189,7 @@ class BatchStreamScheduler(StreamScheduler):
                 if not isinstance(item, AudioChunk):
                     item = stream.steps.send(stream.synth.run_call(item))
                     continue
-                samples = self._resample(stream, item)
+                samples = stream.resample(item)
                 self._emit(stream, item, samples, elapsed, send)
                 if item.last or stream.job.uid not in self.streams:
                     return

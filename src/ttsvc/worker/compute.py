@@ -15,48 +15,29 @@ another key's streams run dry).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
-from ttsvc.audio.resample import StreamResampler
-from ttsvc.errors import TTSError
-from ttsvc.observability.logs import get_logger
-from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
-from ttsvc.synthesis import AudioChunk, FrameCall, Pcm16, Steps, SynthesisParams, Synthesizer
-
-log = get_logger("worker")
-
-
-@dataclass
-class _Stream:
-    """One request's progress inside a worker."""
-
-    job: SynthesisJob
-    synth: Synthesizer
-    """The engines this stream started on: it finishes on them even if the worker swaps."""
-    chunks: Iterator[AudioChunk] | None = None
-    first_sent_at: float | None = None
-    samples_sent: int = 0
-    compute_s: float = 0.0
-    arrived: float = field(default_factory=time.monotonic)
-    started_at: float | None = None
-    """When its first step began (``arrived`` to here is its queue wait)."""
-    resampler: StreamResampler | None = None
-    steps: Steps[AudioChunk] | None = None
-    """Batching scheduler only: the stream as steps (``Synthesizer.stream_steps``)."""
-    pending: FrameCall | None = None
-    """Batching scheduler only: the engine run the stream waits for."""
+from ttsvc.protocol import StreamDone, SynthesisJob
+from ttsvc.synthesis import AudioChunk, Pcm16, Synthesizer
+from ttsvc.worker.scheduling import Load
+from ttsvc.worker.streams import ActiveStream, Send
 
 
 class StreamScheduler:
-    """Multiplexes streams over one synthesizer; lives in a worker's compute thread."""
+    """Multiplexes streams over one synthesizer, stepped by the worker loop's own thread
+    (``Scheduler.pump``): one step at a time, so its streams need no lock."""
+
+    threads = 1
+    """The worker loop's thread runs every step."""
 
     def __init__(self, synth: Synthesizer, multiplex: bool = True) -> None:
         self.synth = synth
         self.multiplex = multiplex
-        self.streams: dict[str, _Stream] = {}
+        self.streams: dict[str, ActiveStream] = {}
         self._served: dict[str | None, float] = {}
         """Compute seconds each key's streams have had, among keys with streams here."""
+
+    # -- the worker loop's interface (``worker.scheduling``) ----------------------------------
 
     def add(self, job: SynthesisJob, synth: Synthesizer | None = None) -> None:
         """Queue a new stream on ``synth`` (its voice's engines; default: ``self.synth``); its
@@ -65,30 +46,48 @@ class StreamScheduler:
         self._served = {k: v for k, v in self._served.items() if k in active}
         # a key that arrives starts level with the least served one, not owed its idle past
         self._served.setdefault(job.key, min(self._served.values(), default=0.0))
-        self.streams[job.uid] = _Stream(job, synth or self.synth)
+        self.streams[job.uid] = ActiveStream(job, synth or self.synth)
 
     def cancel(self, uid: str) -> StreamDone | None:
         """Drop a stream; returns its final message if it was known."""
         stream = self.streams.pop(uid, None)
         if stream is None:
             return None
-        self._release(stream)
-        return StreamDone(uid, stream.samples_sent, stream.compute_s)
+        stream.release()
+        return stream.final()
 
-    @staticmethod
-    def _release(stream: _Stream) -> None:
-        """Drop a stream's generators as it leaves the scheduler.
+    def use(self, synth: Synthesizer) -> None:
+        self.synth = synth
 
-        A stream's generator refers back to the stream (its window budget is a closure over
-        it), and the stream to its engines: left alone, that cycle keeps the engine set of
-        every finished stream resident until Python's cyclic collector happens to run, so a
-        hot swap would leave the old engines in memory, hundreds of megabytes each.
-        """
-        stream.chunks = None
-        stream.steps = None
-        stream.pending = None
+    def in_hand(self) -> int:
+        return len(self.streams)
 
-    def _next(self) -> _Stream:
+    def current_load(self, elsewhere: int) -> Load:
+        """No admission here: capacity, demand and streams held back for capacity are the
+        deadline scheduler's figures, and stay 0 (unknown) in this one's heartbeats."""
+        return Load(len(self.streams) + elsewhere)
+
+    def stalled_for(self) -> float:
+        """Always 0: a step that hangs hangs the loop's thread, and its heartbeats with it."""
+        return 0.0
+
+    def start(self, send: Send) -> None:
+        """Nothing to start: the loop's ``pump`` runs the steps."""
+
+    def wants_turn(self) -> bool:
+        return bool(self.streams)
+
+    def pump(self, send: Send) -> None:
+        """One step, if a stream is left (a cancel may have ended the last)."""
+        if self.streams:
+            self.step(send)
+
+    def close(self) -> None:
+        """Nothing to stop: no thread of its own."""
+
+    # -- order and steps ----------------------------------------------------------------------
+
+    def _next(self) -> ActiveStream:
         """Fresh streams first (oldest first), then the earliest playback deadline: letting
         nearly-dry running streams go first bought no fewer gaps and cost fresh streams their
         first audio in overload (``docs/decisions.md``)."""
@@ -106,12 +105,12 @@ class StreamScheduler:
         return min((s for s in streams if s.job.key == turn), key=self._deadline)
 
     @staticmethod
-    def _deadline(stream: _Stream) -> float:
+    def _deadline(stream: ActiveStream) -> float:
         """When the client's buffered audio runs out if it plays from the first chunk on."""
         assert stream.first_sent_at is not None
         return stream.first_sent_at + stream.samples_sent / stream.synth.sample_rate
 
-    def _budget(self, stream: _Stream) -> float | None:
+    def _budget(self, stream: ActiveStream) -> float | None:
         """How long ``stream``'s next window may compute: a share of the audio the most pressed
         other stream still has buffered, so that one's next window runs before it goes dry.
 
@@ -131,40 +130,16 @@ class StreamScheduler:
             return None
         return share * min(ahead)
 
-    @staticmethod
-    def _params(stream: _Stream) -> SynthesisParams:
-        """The stream's synthesis parameters; sets up its resampler (first step only)."""
-        job = stream.job
-        rate = stream.synth.sample_rate
-        if job.sample_rate is not None and job.sample_rate != rate:
-            stream.resampler = StreamResampler(rate, job.sample_rate)
-        return SynthesisParams(
-            speed=job.speed,
-            noise_scale=job.noise_scale,
-            noise_w=job.noise_w,
-            sentence_silence=job.sentence_silence,
-            speaker=job.speaker,
-            timestamps=job.timestamps,
-        )
-
-    def _start(self, stream: _Stream) -> Iterator[AudioChunk]:
+    def _start(self, stream: ActiveStream) -> Iterator[AudioChunk]:
         """Run the front end lazily, inside the stream's first step (its errors are its own)."""
         return stream.synth.stream(
             stream.job.text,
-            self._params(stream),
+            stream.params(),
             budget=lambda: self._budget(stream),
             max_audio_s=stream.job.max_audio_s,
         )
 
-    @staticmethod
-    def _resample(stream: _Stream, chunk: AudioChunk | None) -> Pcm16 | None:
-        if chunk is None:
-            return None
-        if stream.resampler is not None:
-            return stream.resampler.process(chunk.samples, chunk.last)
-        return chunk.samples
-
-    def step(self, send: Callable[[FromWorker], None]) -> None:
+    def step(self, send: Send) -> None:
         """Advance one stream by one window and send what it produced."""
         stream = self._next()
         started = time.perf_counter()
@@ -173,7 +148,7 @@ class StreamScheduler:
                 stream.started_at = time.monotonic()
                 stream.chunks = self._start(stream)
             chunk = next(stream.chunks, None)
-            samples = self._resample(stream, chunk)
+            samples = None if chunk is None else stream.resample(chunk)
         except Exception as exc:
             self._fail(stream, exc, send)
             return
@@ -182,52 +157,23 @@ class StreamScheduler:
         self._served[stream.job.key] = self._served.get(stream.job.key, 0.0) + elapsed
         self._emit(stream, chunk, samples, elapsed, send)
 
-    def _fail(self, stream: _Stream, exc: Exception, send: Callable[[FromWorker], None]) -> None:
-        """End one stream with its error (call from an ``except`` block); a bug, not a
-        ``TTSError``, fails the stream, never the worker."""
-        uid = stream.job.uid
-        del self.streams[uid]
-        self._release(stream)
-        if isinstance(exc, TTSError):
-            log.info("stream_failed", uid=uid, error_type=exc.type)
-            send(StreamError.of(uid, exc))
-            return
-        log.exception("stream_crashed", uid=uid)  # called from the except block: traceback
-        send(StreamError.of(uid, TTSError(f"synthesis failed: {type(exc).__name__}")))
+    def _fail(self, stream: ActiveStream, exc: Exception, send: Send) -> None:
+        """End one stream with its error (call from an ``except`` block)."""
+        del self.streams[stream.job.uid]
+        stream.release()
+        stream.send_error(exc, send)
 
-    def _emit(
-        self,
-        stream: _Stream,
-        chunk: AudioChunk | None,
-        samples: Pcm16 | None,
-        elapsed: float,
-        send: Callable[[FromWorker], None],
-    ) -> None:
+    def _emit(self, stream: ActiveStream, chunk: AudioChunk | None, samples: Pcm16 | None,
+              elapsed: float, send: Send) -> None:  # fmt: skip
         """Send a chunk the stream produced (``None``: it has ended) and end it after its last."""
         if chunk is None or samples is None:
             self._done(stream, send)
             return
-        if stream.first_sent_at is None:
-            stream.first_sent_at = time.monotonic()
-        stream.samples_sent += len(chunk.samples)  # at the voice's rate: playback deadlines
-        pcm = samples.astype("<i2").tobytes()
-        queued = 0.0
-        if stream.started_at is not None and stream.samples_sent == len(chunk.samples):
-            queued = stream.started_at - stream.arrived  # the first chunk reports the wait
-        label = stream.synth.engines.label
-        send(AudioChunkMsg(stream.job.uid, pcm, chunk.offset, label, elapsed, queued,
-                           chunk.offset_s, chunk.words))  # fmt: skip
+        stream.send_chunk(chunk, samples, elapsed, time.monotonic(), send)
         if chunk.last:
             self._done(stream, send)
 
-    def _done(self, stream: _Stream, send: Callable[[FromWorker], None]) -> None:
+    def _done(self, stream: ActiveStream, send: Send) -> None:
         del self.streams[stream.job.uid]
-        self._release(stream)
-        log.info(
-            "stream_done",
-            uid=stream.job.uid,
-            engine_version=stream.synth.engines.label,
-            audio_samples=stream.samples_sent,
-            compute_ms=round(1000 * stream.compute_s, 1),
-        )
-        send(StreamDone(stream.job.uid, stream.samples_sent, stream.compute_s))
+        stream.release()
+        stream.send_done(send)

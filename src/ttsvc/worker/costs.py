@@ -16,7 +16,7 @@ import heapq
 import time
 
 from ttsvc.synthesis import CANARY_TEXT, SynthesisParams, Synthesizer
-from ttsvc.worker.compute import _Stream
+from ttsvc.worker.streams import ActiveStream
 
 LAYOUT_STEP_S = 0.03
 """The least audio ``first_late`` counts a laid-out step as buying its stream, so a layout of
@@ -52,7 +52,7 @@ class Capacity:
         return self.threads * self._audio / max(self._compute, 1e-9)
 
 
-def chunk_cost(stream: _Stream, first_chunk_s: float) -> float:
+def chunk_cost(stream: ActiveStream, first_chunk_s: float) -> float:
     """Seconds from the stream's pending call to its next chunk, from the costs measured at
     start, alone on a core (``first_chunk_s``: a stream not started)."""
     synth, call = stream.synth, stream.pending
@@ -70,7 +70,7 @@ def chunk_cost(stream: _Stream, first_chunk_s: float) -> float:
     return call_cost(stream, first_chunk_s)
 
 
-def call_cost(stream: _Stream, first_chunk_s: float) -> float:
+def call_cost(stream: ActiveStream, first_chunk_s: float) -> float:
     """The pending call's cost from the costs measured at start, alone on a core
     (``first_chunk_s``: a stream not started)."""
     synth, call = stream.synth, stream.pending

@@ -36,23 +36,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 from ttsvc.errors import TTSError
 from ttsvc.observability.logs import get_logger
-from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
+from ttsvc.protocol import StreamDone, StreamError, SynthesisJob
 from ttsvc.synthesis import AudioChunk, FrameCall, Pcm16, Synthesizer
-from ttsvc.worker.compute import StreamScheduler
 from ttsvc.worker.costs import call_cost, slowdown_after
 from ttsvc.worker.deadline_policy import AUDIO_PER_CHAR_MEMORY, DeadlinePolicy, Live
+from ttsvc.worker.scheduling import Load
+from ttsvc.worker.streams import Send
 
 log = get_logger("worker")
 
-Send = Callable[[FromWorker], None]
-
 
 class DeadlineScheduler(DeadlinePolicy):
-    """Streams of one worker process, stepped by K threads in deadline order."""
+    """Streams of one worker process, stepped by K threads in deadline order: its own threads
+    from ``start`` on, so the worker loop's ``pump`` has nothing to do."""
 
     _closed = False
     """Set by ``close``: the threads stop after their current step."""
@@ -77,13 +76,27 @@ class DeadlineScheduler(DeadlinePolicy):
                 stream.cancelled = True  # its thread sends the final message after the step
                 return None
             self._remove(stream)
-        return StreamDone(uid, stream.samples_sent, stream.compute_s)
+        return stream.final()
+
+    def use(self, synth: Synthesizer) -> None:
+        with self.lock:
+            self.synth = synth
+
+    def in_hand(self) -> int:
+        return len(self.streams)
+
+    def current_load(self, elsewhere: int) -> Load:
+        """Read under the lock: the figures of one instant, as the gateway's admission and
+        routing compare them with each other."""
+        with self.lock:
+            return Load(len(self.streams) + elsewhere, self.capacity.value, self.demand(),
+                        self.waiting() + elsewhere, self.misses, self.late_s)  # fmt: skip
 
     def _remove(self, stream: Live) -> None:
         """Forget a stream (lock held) and admit whoever now fits."""
         if self.streams.get(stream.job.uid) is stream:
             del self.streams[stream.job.uid]
-        StreamScheduler._release(stream)
+        stream.release()
         self.admit()
         self.lock.notify_all()
 
@@ -100,6 +113,13 @@ class DeadlineScheduler(DeadlinePolicy):
         with self.lock:
             self._closed = True
             self.lock.notify_all()
+
+    def wants_turn(self) -> bool:
+        """Never: the threads run every step, the worker loop only waits on its pipe."""
+        return False
+
+    def pump(self, send: Send) -> None:
+        """Nothing: the threads run every step."""
 
     def run(self, send: Send) -> None:
         """One compute thread: take the most urgent step, run it, send its audio; repeat.
@@ -149,7 +169,7 @@ class DeadlineScheduler(DeadlinePolicy):
         ended = False
         try:
             ended = self._advance(stream, chunks)
-            samples = [StreamScheduler._resample(stream, c) for c in chunks]
+            samples = [stream.resample(c) for c in chunks]
         except Exception as exc:  # a bug or a TTSError fails this stream, never the thread
             self._fail(stream, exc, send)
             return
@@ -171,7 +191,7 @@ class DeadlineScheduler(DeadlinePolicy):
             else:
                 self.lock.notify()
         if cancelled:
-            send(StreamDone(stream.job.uid, stream.samples_sent, stream.compute_s))
+            send(stream.final())
         elif ended or (chunks and chunks[-1].last):
             self._done(stream, send)
 
@@ -192,7 +212,7 @@ class DeadlineScheduler(DeadlinePolicy):
             alone = len(self.streams) <= 1  # nothing else plays: a smaller first window
             schedule = stream.synth.schedule.alone() if alone else None
             stream.steps = stream.synth.stream_steps(
-                job.text, StreamScheduler._params(stream), schedule,
+                job.text, stream.params(), schedule,
                 budget=lambda: self.budget(stream), max_audio_s=job.max_audio_s)  # fmt: skip
             answer = None
         else:
@@ -211,49 +231,36 @@ class DeadlineScheduler(DeadlinePolicy):
         stream.pending = item if isinstance(item, FrameCall) else None
         return False
 
-    def _emit(self, stream: Live, chunk: AudioChunk, pcm: Pcm16 | None, elapsed: float,
+    def _emit(self, stream: Live, chunk: AudioChunk, pcm: Pcm16, elapsed: float,
               send: Send) -> None:  # fmt: skip
         """Send one chunk, counting it as a deadline miss if the client has run dry."""
         now = self.clock()
-        if stream.first_sent_at is None:
-            stream.first_sent_at = now
-            queued = (stream.started_at or stream.arrived) - stream.arrived
-        else:
-            queued = 0.0
+        if stream.first_sent_at is not None:
             late = now - self.due(stream)
             if late > 0:
                 with self.lock:
                     self.misses += 1
                     self.late_s += late
-        stream.samples_sent += len(chunk.samples)
-        assert pcm is not None
-        data = pcm.astype("<i2").tobytes()
-        send(AudioChunkMsg(stream.job.uid, data, chunk.offset, stream.synth.engines.label,
-                           elapsed, queued, chunk.offset_s, chunk.words))  # fmt: skip
+        stream.send_chunk(chunk, pcm, elapsed, now, send)
 
     def _done(self, stream: Live, send: Send) -> None:
+        """End a stream after its last chunk; its audio per character refines ``demand``'s
+        estimate of how much the streams still playing have left."""
         if stream.job.text and stream.samples_sent:
             per_char = (stream.samples_sent / stream.synth.sample_rate * stream.job.speed
                         / len(stream.job.text))  # fmt: skip
             with self.lock:
                 self.audio_per_char += (per_char - self.audio_per_char) / AUDIO_PER_CHAR_MEMORY
-        log.info("stream_done", uid=stream.job.uid, engine_version=stream.synth.engines.label,
-                 audio_samples=stream.samples_sent,
-                 compute_ms=round(1000 * stream.compute_s, 1))  # fmt: skip
-        send(StreamDone(stream.job.uid, stream.samples_sent, stream.compute_s))
+        stream.send_done(send)
 
     def _fail(self, stream: Live, exc: Exception, send: Send) -> None:
-        """End one stream with its error (from an ``except`` block)."""
+        """End one stream with its error (from an ``except`` block); a stream cancelled during
+        the failing step ends as cancelled."""
         with self.lock:
             stream.running = False
             cancelled = stream.cancelled
             self._remove(stream)
-        uid = stream.job.uid
         if cancelled:
-            send(StreamDone(uid, stream.samples_sent, stream.compute_s))
-        elif isinstance(exc, TTSError):
-            log.info("stream_failed", uid=uid, error_type=exc.type)
-            send(StreamError.of(uid, exc))
+            send(stream.final())
         else:
-            log.exception("stream_crashed", uid=uid)
-            send(StreamError.of(uid, TTSError(f"synthesis failed: {type(exc).__name__}")))
+            stream.send_error(exc, send)

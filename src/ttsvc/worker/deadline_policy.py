@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ttsvc.synthesis import Synthesizer
-from ttsvc.worker.compute import _Stream
 from ttsvc.worker.costs import Capacity, call_cost, chunk_cost, first_late
+from ttsvc.worker.streams import ActiveStream
 
 FIRST_AUDIO_S = 0.1
 """A fresh stream's first chunk is due this long after it arrived."""
@@ -46,7 +46,7 @@ from its text length may run out before the stream does)."""
 
 
 @dataclass
-class Live(_Stream):
+class Live(ActiveStream):
     """A stream in the deadline scheduler."""
 
     admitted: bool = False
@@ -122,7 +122,7 @@ class DeadlinePolicy:
         now = self.clock()
         return sum(self._need(s, now) for s in self.streams.values() if s.admitted)
 
-    def _need(self, stream: _Stream, now: float) -> float:
+    def _need(self, stream: ActiveStream, now: float) -> float:
         if stream.first_sent_at is None:
             return 1.0
         sent = stream.samples_sent / stream.synth.sample_rate
@@ -158,14 +158,14 @@ class DeadlinePolicy:
             nxt = min(waiting, key=lambda s: (held.get(s.job.key, 0), s.arrived))
             nxt.admitted = True
 
-    def due(self, stream: _Stream) -> float:
+    def due(self, stream: ActiveStream) -> float:
         """When the stream's next chunk must be sent: its first-audio target while it is fresh,
         else when the audio it has sent runs out for a client that plays it from the start."""
         if stream.first_sent_at is None:
             return stream.arrived + self.first_audio_s
         return stream.first_sent_at + stream.samples_sent / stream.synth.sample_rate
 
-    def latest_start(self, stream: _Stream) -> float:
+    def latest_start(self, stream: ActiveStream) -> float:
         """When the stream's next step must start for its next chunk to be sent by ``due``: the
         due time less what the steps up to that chunk cost (least laxity first). A stream that
         still has to run a flow chunk before its next window is more pressed than one whose
@@ -179,18 +179,18 @@ class DeadlinePolicy:
             return self.due(stream)
         return self.due(stream) - DELIVERY_S - self.cost_to_chunk(stream)
 
-    def cost_to_chunk(self, stream: _Stream) -> float:
+    def cost_to_chunk(self, stream: ActiveStream) -> float:
         """Estimated seconds from the stream's pending call to its next chunk, from the
         per-frame and per-phoneme costs the synthesizer measured at start, as slow as steps
         run now."""
         return self.slowdown * chunk_cost(stream, self.first_chunk_s)
 
-    def step_cost(self, stream: _Stream) -> float:
+    def step_cost(self, stream: ActiveStream) -> float:
         """Estimated seconds of the stream's pending call alone (a stream not started: its
         front end, acoustic run and first window), as slow as steps run now."""
         return self.slowdown * call_cost(stream, self.first_chunk_s)
 
-    def start_by(self, stream: _Stream) -> float:
+    def start_by(self, stream: ActiveStream) -> float:
         """When the stream's next step must start for its next chunk to be in time: for a
         playing stream ``latest_start``; for a fresh one its first-audio target less what a
         first chunk costs alone, so a burst of fresh streams keeps arrival order."""
@@ -214,7 +214,7 @@ class DeadlinePolicy:
         now = self.clock()
         return min(ready, key=lambda s: self.rank(s, now))
 
-    def rank(self, stream: _Stream, now: float) -> tuple[int, float, float]:
+    def rank(self, stream: ActiveStream, now: float) -> tuple[int, float, float]:
         """``pick``'s order key: class (0 a playing stream inside the guard, 1 a fresh stream,
         2 another playing stream), then its start-by or due time, then arrival."""
         if stream.first_sent_at is None:
@@ -222,7 +222,7 @@ class DeadlinePolicy:
         start = self.latest_start(stream)
         return (0 if start <= now + self.guard_s else 2, start, stream.arrived)
 
-    def _free_threads(self, now: float, exclude: _Stream | None) -> list[float]:
+    def _free_threads(self, now: float, exclude: ActiveStream | None) -> list[float]:
         """When each thread other than the caller's frees: now for an idle one, else when its
         step is expected to end (``exclude``: the caller's own stream, running)."""
         free = [now] * (self.threads - 1 if exclude is not None else self.threads)
@@ -231,13 +231,13 @@ class DeadlinePolicy:
                 free[free.index(now)] = max(now, s.busy_until)
         return free
 
-    def _task(self, stream: _Stream, now: float) -> tuple[float, float, float]:
+    def _task(self, stream: ActiveStream, now: float) -> tuple[float, float, float]:
         """The stream's next step for ``first_late``: start by, cost, and the audio a chunk
         buys per compute second (what one thread computes)."""
         rate = self.capacity.value / max(self.threads, 1)
         return (max(now, self.start_by(stream)), self.step_cost(stream), rate)
 
-    def budget(self, stream: _Stream) -> float | None:
+    def budget(self, stream: ActiveStream) -> float | None:
         """Longest step ``stream`` may take now (None: no bound).
 
         As long as the thread running it is away, the other threads must serve every other

@@ -1,7 +1,8 @@
 """Worker process entry: load engines, pass the canary, say READY, then serve the pipe.
 
-The compute loop (``StreamScheduler``) stays importable; this wrapper adds the pipe, heartbeats,
-signals and the exit when the gateway goes away. ``run_worker`` sets the process up and
+The schedulers stay importable; this wrapper adds the pipe, heartbeats, signals and the exit
+when the gateway goes away, and drives whichever scheduler the plan picks through the one
+interface they share (``worker.scheduling``). ``run_worker`` sets the process up and
 ``WorkerLoop`` serves it; the loads themselves (at start, for a swap, for a voice a request
 needs) are ``worker.loading``'s.
 """
@@ -38,13 +39,13 @@ from ttsvc.protocol import (
 from ttsvc.synthesis import Synthesizer
 from ttsvc.windows import WindowSchedule
 from ttsvc.worker.batching import batch_limit, scheduler_for
-from ttsvc.worker.compute import StreamScheduler
 from ttsvc.worker.costs import measure
 from ttsvc.worker.deadline import DeadlineScheduler
 from ttsvc.worker.heap import Heap
 from ttsvc.worker.limits import limit_memory
 from ttsvc.worker.loading import Loader, Outcome, alike_costs, load, measured_costs
 from ttsvc.worker.plan import ComputePlan
+from ttsvc.worker.scheduling import Scheduler
 from ttsvc.worker.voices import VoiceSet, footprint, resident_bytes
 
 log = get_logger("worker")
@@ -127,54 +128,47 @@ def _serve(worker_id: int, spec: EngineSpec, threads: int, schedule: WindowSched
         conn.send(StartFailed(worker_id, spec.voice, spec.label, exc.public(), exc.message))
         return
     grown = resident_bytes() - before
-    deadline = plan.scheduler == "deadline" and multiplex and batch_limit(synth.engines) == 1
-    if deadline:
-        rate, first_chunk_s, per_char = measure(synth)
-        scheduler: StreamScheduler | DeadlineScheduler = DeadlineScheduler(
-            synth, plan.threads, plan.load_limit, rate, first_chunk_s=first_chunk_s,
-            audio_per_char=per_char, step_floor_s=plan.step_floor_s)
-    else:  # legacy, FIFO, or engines that batch windows (GPU plans): one compute loop
-        scheduler = scheduler_for(synth, multiplex)
+    scheduler = _scheduler(synth, plan, multiplex)
     pipe_lock = threading.Lock()
 
     def send(msg: FromWorker) -> None:
         with pipe_lock:  # compute threads and this one share the pipe
             conn.send(msg)
 
-    capacity = scheduler.capacity.value if isinstance(scheduler, DeadlineScheduler) else 0.0
     held: VoiceSet[Synthesizer] = VoiceSet({**voices, spec.voice: spec}, voice_budget,
                                            per_file_byte=footprint(spec, grown))  # fmt: skip
     held.put(spec.voice, synth, held.size(spec))
+    capacity = scheduler.current_load(0).capacity
     send(WorkerReady(worker_id, spec.voice, spec.label, synth.sample_rate,
-                     capacity, plan.threads if deadline else 1, held.names()))  # fmt: skip
+                     capacity, scheduler.threads, held.names()))  # fmt: skip
     del synth  # the voice set holds the serving engines: a local would keep them forever
     loader = Loader(threads, schedule, max_sentence_chars)
-    if isinstance(scheduler, DeadlineScheduler):
-        scheduler.start(send)
-        try:
-            WorkerLoop(worker_id, scheduler, conn, send, heap, loader, held).run()
-        finally:
-            scheduler.close()
-        return
-    WorkerLoop(worker_id, scheduler, conn, send, heap, loader, held).run()
+    scheduler.start(send)
+    try:
+        WorkerLoop(worker_id, scheduler, conn, send, heap, loader, held).run()
+    finally:
+        scheduler.close()
 
 
-Scheduler = StreamScheduler | DeadlineScheduler
+def _scheduler(synth: Synthesizer, plan: ComputePlan, multiplex: bool) -> Scheduler:
+    """The deadline scheduler where the plan asks for it and the engines run one window per
+    call; else one compute loop (legacy, FIFO, or engines that batch windows: GPU plans)."""
+    if plan.scheduler == "deadline" and multiplex and batch_limit(synth.engines) == 1:
+        rate, first_chunk_s, per_char = measure(synth)
+        return DeadlineScheduler(synth, plan.threads, plan.load_limit, rate,
+                                 first_chunk_s=first_chunk_s, audio_per_char=per_char,
+                                 step_floor_s=plan.step_floor_s)  # fmt: skip
+    return scheduler_for(synth, multiplex)
 
 
 def _heartbeat(worker_id: int, scheduler: Scheduler, held: VoiceSet[Synthesizer],
                settled: bool) -> Heartbeat:  # fmt: skip
     """``settled``: the heap has given back what the last work freed and no load is running;
     reported only while no stream is here either."""
-    waiting = held.waiting_count()  # requests waiting for their voice to load
-    if not isinstance(scheduler, DeadlineScheduler):
-        qsize = len(scheduler.streams) + waiting
-        return Heartbeat(worker_id, qsize, voices=held.names(), settled=settled and not qsize)
-    with scheduler.lock:
-        qsize = len(scheduler.streams) + waiting
-        return Heartbeat(worker_id, qsize, scheduler.capacity.value, scheduler.demand(),
-                         scheduler.waiting() + waiting, scheduler.misses, scheduler.late_s,
-                         held.names(), settled and not qsize)  # fmt: skip
+    # requests waiting for their voice to load count as the worker's too
+    load = scheduler.current_load(held.waiting_count())
+    return Heartbeat(worker_id, load.qsize, load.capacity, load.demand, load.waiting, load.misses,
+                     load.late_s, held.names(), settled and not load.qsize)  # fmt: skip
 
 
 def _hold(scheduler: Scheduler, held: VoiceSet[Synthesizer], spec: EngineSpec,
@@ -182,11 +176,7 @@ def _hold(scheduler: Scheduler, held: VoiceSet[Synthesizer], spec: EngineSpec,
     """Serve ``synth`` as ``spec``'s voice from now on; running streams keep their engines."""
     held.known[spec.voice] = spec
     evicted = held.put(spec.voice, synth, held.size(spec))
-    if isinstance(scheduler, DeadlineScheduler):
-        with scheduler.lock:
-            scheduler.synth = synth  # the default must not pin an evicted voice's engines
-    else:
-        scheduler.synth = synth
+    scheduler.use(synth)  # the default must not pin an evicted voice's engines
     for voice in evicted:
         log.info("voice_evicted", voice=voice, held=list(held.names()),
                  held_mb=round(held.used() / 2**20, 1))  # fmt: skip
@@ -194,8 +184,8 @@ def _hold(scheduler: Scheduler, held: VoiceSet[Synthesizer], spec: EngineSpec,
 
 @dataclass
 class WorkerLoop:
-    """The worker's main loop: the pipe, heartbeats, voice loads and staged swaps, and, for a
-    single-loop scheduler, its steps (the deadline scheduler's own threads run its steps)."""
+    """The worker's main loop: the pipe, heartbeats, voice loads and staged swaps, and whatever
+    the scheduler's ``pump`` asks of this thread (a single-loop scheduler's steps)."""
 
     worker_id: int
     scheduler: Scheduler
@@ -209,8 +199,6 @@ class WorkerLoop:
 
     def __post_init__(self) -> None:
         self.heap.freed()  # the start-up load, canary and measurement freed memory too
-        scheduler = self.scheduler
-        self.threaded = scheduler if isinstance(scheduler, DeadlineScheduler) else None
         self.primary = self.held.names()[0]
 
     def start(self, job: SynthesisJob) -> None:
@@ -297,10 +285,10 @@ class WorkerLoop:
 
     def run(self) -> None:
         """Serve until the gateway says so, its pipe closes or it dies. Each turn, in this
-        order: a heartbeat when due, the loads that ended, an idle trim, the pipe, then (for a
-        single-loop scheduler) one step."""
+        order: a heartbeat when due, the loads that ended, an idle trim, the pipe, then the
+        scheduler's ``pump`` (one step of a single-loop scheduler)."""
         worker_id, scheduler, conn, send = self.worker_id, self.scheduler, self.conn, self.send
-        heap, loader, held, threaded = self.heap, self.loader, self.held, self.threaded
+        heap, loader, held = self.heap, self.loader, self.held
         start, finished, swap = self.start, self.finished, self.swap
         last_beat = 0.0
         parent = os.getppid()
@@ -310,17 +298,16 @@ class WorkerLoop:
                 if os.getppid() != parent:
                     return  # the gateway died: do not linger as an orphan
                 loading_for = now - min(loader.started.values(), default=now)
-                if ((threaded is None or threaded.stalled_for() < HANG_S)
-                        and loading_for < LOAD_HANG_S):  # fmt: skip
+                if scheduler.stalled_for() < HANG_S and loading_for < LOAD_HANG_S:
                     settled = heap.settled and not loader.started
                     send(_heartbeat(worker_id, scheduler, held, settled))
                 last_beat = now
             while not loader.done.empty():
                 finished(*loader.done.get())
                 heap.freed()  # a superseded or replaced set is freed now, not at the next swap
-            busy = bool(scheduler.streams)
+            busy = scheduler.in_hand() > 0
             timeout = STAGING_POLL_S
-            if busy and threaded is None:
+            if scheduler.wants_turn():
                 timeout = 0.0
             elif loader.started:
                 timeout = LOAD_POLL_S
@@ -348,5 +335,4 @@ class WorkerLoop:
                 return
             if busy:
                 heap.freed()
-            if scheduler.streams and not isinstance(scheduler, DeadlineScheduler):
-                scheduler.step(send)  # streams as they are now: a cancel may have ended the last
+            scheduler.pump(send)

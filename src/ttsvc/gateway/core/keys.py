@@ -29,7 +29,7 @@ from pathlib import Path
 from watchfiles import awatch
 
 from ttsvc.errors import Unauthorized
-from ttsvc.gateway.ratelimit import Quota
+from ttsvc.gateway.core.quotas import Quota
 from ttsvc.observability.logs import get_logger
 
 log = get_logger("auth")

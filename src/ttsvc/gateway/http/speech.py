@@ -1,33 +1,24 @@
 """The HTTP answer of a synthesis: the worker's audio encoded and streamed, or gathered whole.
 
 ``synthesis_response`` is the one path of every HTTP API (``/synthesize``, ``/v1/audio/speech``,
-``/synthesize/with-timestamps``, and Wyoming through a request it makes): it starts the exchange,
-encodes each chunk of PCM into the requested format (off the event loop where that costs) and
-frames it as the API sends audio; the response it returns finishes the exchange however it ends.
+``/synthesize/with-timestamps``): it starts the core's exchange for the request's ``Caller`` and
+frames the encoded audio as the API sends it; the response it returns finishes the exchange
+however it ends.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from ttsvc.audio.encode import Encoder
-from ttsvc.gateway.exchange import SynthesisExchange, WorkerReportedError, start_exchange
-from ttsvc.gateway.models import SpeechOrder
-from ttsvc.gateway.sse import AudioBody
-from ttsvc.gateway.state import GatewayState
-
-
-async def _encode(encoder: Encoder, pcm: bytes | None) -> bytes:
-    """Encode a chunk (``None``: finish) in a thread, unless it only passes bytes through."""
-    call = encoder.finish if pcm is None else (lambda: encoder.encode(pcm))
-    if encoder.light:
-        return call()
-    return await asyncio.to_thread(call)
+from ttsvc.gateway.core.exchange import SynthesisExchange, WorkerReportedError, start_exchange
+from ttsvc.gateway.core.order import SpeechOrder
+from ttsvc.gateway.core.state import GatewayState
+from ttsvc.gateway.http.caller import http_caller
+from ttsvc.gateway.http.sse import AudioBody
 
 
 class ExchangeStreamingResponse(StreamingResponse):
@@ -57,9 +48,7 @@ async def synthesis_response(
     audio, framed by ``framing`` (the audio as it is, OpenAI's speech events, or audio with word
     timestamps)."""
     body = framing or AudioBody()
-    exchange, first = await start_exchange(state, order, request)
-    encoder = exchange.encoder
-    assert encoder is not None
+    exchange, first = await start_exchange(state, order, http_caller(request))
     rate = exchange.rate
     headers = {
         "X-Request-Id": exchange.job.uid,
@@ -71,13 +60,10 @@ async def synthesis_response(
     media = body.media_type or order.format.media_type(rate)
 
     if not order.stream:
+        data = b""
         try:
-            await _encode(encoder, first.pcm)
-            async for msg in exchange.rest():
-                exchange.received(msg)
-                await _encode(encoder, msg.pcm)
-            if exchange.failure is None:
-                data = await _encode(encoder, None)
+            async for encoded, _ in exchange.encoded(first):
+                data = encoded  # a whole file: its encoder returns it all at the end
         finally:
             exchange.finish("cancelled", cancel=True)  # no-op after a normal end
             exchange.release_encoder()
@@ -87,16 +73,11 @@ async def synthesis_response(
         return Response(data, media_type=media, headers=headers)
 
     async def body_iter() -> AsyncIterator[bytes]:
-        if data := body.audio(await _encode(encoder, first.pcm), first):
-            yield data
-        async for msg in exchange.rest():
-            exchange.received(msg)
-            if data := body.audio(await _encode(encoder, msg.pcm), msg):
+        async for encoded, msg in exchange.encoded(first):
+            tail = b"" if msg is not None else body.end(exchange.audio_s)
+            if data := body.audio(encoded, msg) + tail:
                 yield data
-        if exchange.failure is None:  # a stream that failed must not look finished: no tail
-            if data := body.audio(await _encode(encoder, None), None) + body.end(exchange.audio_s):
-                yield data
-        elif data := body.failed(exchange.failure):
+        if exchange.failure is not None and (data := body.failed(exchange.failure)):
             yield data  # before the cut (StreamAbort): why the stream ends
 
     return ExchangeStreamingResponse(exchange, body_iter(), media, headers)

@@ -1,6 +1,6 @@
 """OpenAI's speech API as ttsvc speaks it: names, limits, request body and error shape.
 
-Pure data and functions; the routes live with the others in ``ttsvc.gateway.routes`` and share
+Pure data and functions; the routes live with the others in ``ttsvc.gateway.http.routes`` and share
 their one synthesis path.
 """
 
@@ -44,7 +44,7 @@ class SpeechRequest(BaseModel):
     """Style prompts of OpenAI's newer models; this voice has no style control: ignored."""
     stream_format: Literal["audio", "sse"] = "audio"
     """``audio``: the encoded audio as the body; ``sse``: the same audio as OpenAI's speech
-    events (``ttsvc.gateway.sse``), for every model name (OpenAI offers them only for its newer
+    events (``ttsvc.gateway.http.sse``), for every model name (OpenAI offers them only for its newer
     models; here one engine serves them all)."""
     timestamps: bool = False
     """Ours: with ``stream_format: "sse"``, each delta also carries its ``offset_s`` and the

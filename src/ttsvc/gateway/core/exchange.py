@@ -9,14 +9,9 @@ writes the request's one completion log line, however the request ends.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-
-from fastapi import Request
-from starlette.requests import HTTPConnection
+from collections.abc import AsyncIterator
 
 from ttsvc.audio.encode import Encoder
 from ttsvc.errors import (
@@ -25,11 +20,11 @@ from ttsvc.errors import (
     TTSError,
     WorkerStalled,
 )
-from ttsvc.gateway.admission import admit, close_later
-from ttsvc.gateway.models import SpeechOrder
-from ttsvc.gateway.ratelimit import Ticket
-from ttsvc.gateway.responses import log_labels
-from ttsvc.gateway.state import GatewayState
+from ttsvc.gateway.core.admission import admit, close_later
+from ttsvc.gateway.core.caller import Caller
+from ttsvc.gateway.core.order import SpeechOrder
+from ttsvc.gateway.core.quotas import Ticket
+from ttsvc.gateway.core.state import GatewayState
 from ttsvc.observability.logs import get_logger
 from ttsvc.pool.supervisor import Mailbox, WorkerPool
 from ttsvc.protocol import AudioChunkMsg, StreamDone, StreamError, SynthesisJob
@@ -49,20 +44,14 @@ class SynthesisExchange:
     def __init__(
         self,
         state: GatewayState,
-        request: HTTPConnection,
+        caller: Caller,
         pool: WorkerPool,
         wid: int,
         job: SynthesisJob,
         qsize: int,
-        gone: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self.state = state
-        self.request = request
-        if gone is None:
-            assert isinstance(request, Request), "a WebSocket's session says when it is gone"
-            gone = functools.partial(_client_gone, request)
-        self.gone = gone
-        """Returns once the client has left (an HTTP request's disconnect by default)."""
+        self.caller = caller
         self.buffered = False
         """A ``stream: false`` request: nothing is sent before the end, so a failure is its code."""
         self.pool = pool
@@ -86,7 +75,7 @@ class SynthesisExchange:
         self.encoder: Encoder | None = None
         state.inflight += 1
         state.idle.clear()
-        state.exchanges.add(self)
+        state.aborts[self] = self.abort
 
     async def first(self, timeout: float) -> AudioChunkMsg:
         """Dispatch and wait for the first audio; a failure before it becomes an HTTP error.
@@ -97,7 +86,7 @@ class SynthesisExchange:
         """
         self.box = await self.pool.submit(self.wid, self.job)
         audio = asyncio.ensure_future(self.box.get())
-        gone = asyncio.ensure_future(self.gone())
+        gone = asyncio.ensure_future(self.caller.gone())
         try:
             done, _ = await asyncio.wait({audio, gone}, timeout=timeout,
                                          return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
@@ -160,11 +149,26 @@ class SynthesisExchange:
                 self.failure = self.failure or msg
                 self.finish(msg.type, cancel=True)
                 if not self.buffered:
-                    self.request.state.cut = True  # see StreamAbort
+                    self.caller.cut = True  # the transport must not end it as whole
             else:
                 self.compute_s = msg.compute_s
                 self.finish("ok")
             return
+
+    async def encoded(
+        self, first: AudioChunkMsg
+    ) -> AsyncIterator[tuple[bytes, AudioChunkMsg | None]]:
+        """The stream's audio in its order's format as it comes, for any transport to frame:
+        each chunk's bytes with its message (its words, its offset), then what the encoder held
+        back, with ``None``, unless the stream failed (``failure`` is then set: a stream that
+        failed must not look finished). Encoding runs off the event loop where it costs."""
+        assert self.encoder is not None
+        yield await _encode(self.encoder, first.pcm), first
+        async for msg in self.rest():
+            self.received(msg)
+            yield await _encode(self.encoder, msg.pcm), msg
+        if self.failure is None:
+            yield await _encode(self.encoder, None), None
 
     def abort(self, error: TTSError) -> None:
         """End the request now as a failure with ``error``: recorded at once, cancelled in its
@@ -197,7 +201,7 @@ class SynthesisExchange:
         if self._finished:
             return
         self._finished = True
-        self.state.exchanges.discard(self)
+        self.state.aborts.pop(self, None)
         if cancel:
             self.pool.cancel(self.wid, self.job.uid)
         self.pool.forget(self.job.uid)
@@ -233,7 +237,7 @@ class SynthesisExchange:
             "rtf": rtf,
             "engine_version": self.engine_version,
             "status": status,
-            **log_labels(self.request),
+            **self.caller.log_labels(),
         }
         if status != "ok":
             fields["error_type"] = status
@@ -242,19 +246,16 @@ class SynthesisExchange:
         if code is None:
             code = 200 if status == "ok" else _STATUS_OF.get(status, 503)
         self.state.complete(fields, code)
-        self.request.state.recorded = True
-        self.request.state.request_id = self.job.uid  # an error answer after this carries it
+        self.caller.recorded = True
+        self.caller.request_id = self.job.uid  # an error answered after this carries it
 
 
-async def _client_gone(request: Request) -> None:
-    """Return once the client has closed its connection.
-
-    The body was read before the handler ran, so the next ASGI message is the disconnect; the
-    server delivers it as soon as the socket closes. A receive that fails means the same.
-    """
-    with contextlib.suppress(Exception):
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
+async def _encode(encoder: Encoder, pcm: bytes | None) -> bytes:
+    """Encode a chunk (``None``: finish) in a thread, unless it only passes bytes through."""
+    call = encoder.finish if pcm is None else (lambda: encoder.encode(pcm))
+    if encoder.light:
+        return call()
+    return await asyncio.to_thread(call)
 
 
 _STATUS_OF = {QueueTimeout.type: QueueTimeout.status,
@@ -275,32 +276,29 @@ class WorkerReportedError(TTSError):
 async def start_exchange(
     state: GatewayState,
     order: SpeechOrder,
-    request: HTTPConnection,
-    gone: Callable[[], Awaitable[object]] | None = None,
+    caller: Caller,
 ) -> tuple[SynthesisExchange, AudioChunkMsg]:
     """Admit ``order`` (``admission.admit``), dispatch it to its worker and wait for
     its first audio, which is already accounted (``received``); refusals raise their error.
 
     Every API's synthesis goes through here. The caller owns the exchange from then on: it must
     end in ``finish`` and ``release_encoder`` (its encoder is made for ``order.format``).
-    ``gone`` returns once the client has left (an HTTP request's disconnect by default).
     """
     settings = state.settings
-    admitted = admit(state, order, request)
+    admitted = admit(state, order, caller)
     pool, wid, qsize, rate = admitted.pool, admitted.wid, admitted.qsize, admitted.rate
-    key = getattr(request.state, "key", None)
+    key = caller.key
     # ids are always ours: a client reusing an id must not reach another request's stream
     uid = uuid.uuid4().hex
-    client_id = request.headers.get("x-request-id")
-    if client_id:
-        log.info("request_id", uid=uid, client_request_id=client_id[:128])
+    if caller.client_request_id:
+        log.info("request_id", uid=uid, client_request_id=caller.client_request_id[:128])
     # the rate the encoder was made for, always: a worker still on another version of the voice
     # (a swap rolling out) resamples to it instead of sending audio at another rate
     job = SynthesisJob(uid, order.text, order.speed, order.noise_scale, order.noise_w,
                        order.sentence_silence, rate, settings.max_audio_s,
                        None if key is None else key.name, order.voice,
                        order.speaker, order.timestamps)  # fmt: skip
-    exchange = SynthesisExchange(state, request, pool, wid, job, qsize, gone)
+    exchange = SynthesisExchange(state, caller, pool, wid, job, qsize)
     exchange.buffered = not order.stream
     exchange.ticket = admitted.ticket
     exchange.encoder = admitted.encoder

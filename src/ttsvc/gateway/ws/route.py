@@ -27,9 +27,11 @@ from fastapi import FastAPI, WebSocket
 from fastapi.responses import JSONResponse
 
 from ttsvc.errors import Draining, OriginNotAllowed, Unauthorized
-from ttsvc.gateway.responses import record_refusal
-from ttsvc.gateway.state import GatewayState
-from ttsvc.gateway.stream_ws_session import SpeakerOf, StreamSession
+from ttsvc.gateway.core.caller import Caller
+from ttsvc.gateway.core.keys import ApiKey
+from ttsvc.gateway.core.records import record_refusal
+from ttsvc.gateway.core.state import GatewayState
+from ttsvc.gateway.ws.session import StreamSession
 from ttsvc.observability.logs import get_logger
 
 log = get_logger("stream_ws")
@@ -49,12 +51,13 @@ def _origin_allowed(origin: str, host: str | None, allowed: list[str]) -> bool:
     return host is not None and urlsplit(origin).netloc.lower() == host.lower()
 
 
-def install(app: FastAPI, state: GatewayState, speaker_of: SpeakerOf) -> None:
-    """Add the route to ``app`` (``speaker_of``: the app's speaker resolution)."""
+def install(app: FastAPI, state: GatewayState) -> None:
+    """Add the route to ``app``."""
 
     async def stream(ws: WebSocket) -> None:
         started = time.perf_counter()
         offered = list(ws.scope.get("subprotocols", ()))
+        key: ApiKey | None = None
         try:
             if state.draining:
                 raise Draining("the server is shutting down")
@@ -67,10 +70,8 @@ def install(app: FastAPI, state: GatewayState, speaker_of: SpeakerOf) -> None:
                 token = next((p[len(BEARER):] for p in offered if p.startswith(BEARER)), None)
                 header = ws.headers.get("authorization")
                 key = state.keys.authenticate(header or (f"Bearer {token}" if token else None))
-                ws.state.key = key
-                ws.state.key_name = key.name
         except (Draining, OriginNotAllowed, Unauthorized) as exc:
-            record_refusal(state, ws, exc.to_body(), exc.status, started, None)
+            record_refusal(state, Caller(started=started), exc.to_body(), exc.status)
             reply = JSONResponse(exc.to_body(), status_code=exc.status, headers=exc.headers())
             try:
                 await ws.send_denial_response(reply)
@@ -78,14 +79,14 @@ def install(app: FastAPI, state: GatewayState, speaker_of: SpeakerOf) -> None:
                 await ws.close(1008)
             return
         await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
-        session = StreamSession(state, ws, speaker_of)
+        session = StreamSession(state, ws, key)
         state.metrics.websocket_sessions.inc()
         try:
             await session.run()
         finally:
             state.metrics.websocket_sessions.dec()
             log.info("websocket_session", session=session.sid,
-                     key=getattr(ws.state, "key_name", None), sentences=session.sentences,
+                     key=None if key is None else key.name, sentences=session.sentences,
                      audio_s=round(session.spoken_s, 3),
                      duration_ms=round(1000 * (time.perf_counter() - started), 1),
                      close_code=session.close_code,

@@ -14,7 +14,6 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,11 +30,13 @@ from ttsvc.errors import (
     TextTooLong,
     TTSError,
 )
-from ttsvc.gateway.exchange import SynthesisExchange, WorkerReportedError, start_exchange
-from ttsvc.gateway.models import SpeechOrder, output_rate
-from ttsvc.gateway.responses import record_refusal
-from ttsvc.gateway.state import GatewayState
-from ttsvc.gateway.stream_ws_messages import (
+from ttsvc.gateway.core.caller import Caller
+from ttsvc.gateway.core.exchange import SynthesisExchange, WorkerReportedError, start_exchange
+from ttsvc.gateway.core.keys import ApiKey
+from ttsvc.gateway.core.order import SpeechOrder
+from ttsvc.gateway.core.records import record_refusal
+from ttsvc.gateway.core.state import GatewayState
+from ttsvc.gateway.ws.messages import (
     AppendMessage,
     EndMessage,
     FlushMessage,
@@ -57,9 +58,6 @@ worker computes meanwhile so its first audio is ready when the one before ends."
 API = "websocket"
 FATAL = {Draining.type: 1012, ShutDown.type: 1012}
 """Errors after which the session cannot go on, and the close code they end it with."""
-
-SpeakerOf = Callable[[str, int | str | None], Awaitable[int | None]]
-
 
 @dataclass(frozen=True)
 class _Sentence:
@@ -104,10 +102,11 @@ class StreamSession:
     finished, and cancelled in its worker if it was not done.
     """
 
-    def __init__(self, state: GatewayState, ws: WebSocket, speaker_of: SpeakerOf) -> None:
+    def __init__(self, state: GatewayState, ws: WebSocket, key: ApiKey | None) -> None:
         self.state = state
         self.ws = ws
-        self.speaker_of = speaker_of
+        self.key = key
+        """The key the session authenticated with: each sentence is a request charged to it."""
         self.sid = uuid.uuid4().hex
         self.buffer = SentenceBuffer(state.settings.max_sentence_chars)
         self.template: SpeechOrder | None = None
@@ -229,15 +228,14 @@ class StreamSession:
             self.turn_start = True
 
     async def _configure(self, msg: StartMessage) -> None:
-        self.ws.state.format = "pcm"
         fmt = FORMATS["pcm"]
         voice = self.state.resolve_voice(msg.voice)
         if msg.timestamps:
             self.state.require_durations(voice)
-        template = SpeechOrder("", msg.speed, msg.noise_scale, msg.noise_w, msg.sentence_silence,
-                               output_rate(fmt, msg.sample_rate), fmt, True, API, voice,
-                               await self.speaker_of(voice, msg.speaker),
-                               timestamps=msg.timestamps)  # fmt: skip
+        speaker = await self.state.speaker_of(voice, msg.speaker)
+        template = SpeechOrder.from_settings(msg, text="", voice=voice, speaker=speaker,
+                                             format=fmt, stream=True, api=API,
+                                             timestamps=msg.timestamps)  # fmt: skip
         self.rate = template.sample_rate or self.state.native_rate(voice)
         self.silence = bytes(2 * round(msg.sentence_silence * self.rate))
         self.template = template
@@ -277,25 +275,26 @@ class StreamSession:
         assert self.template is not None
         order = dataclasses.replace(self.template, text=sentence.text)
         while True:
-            self.ws.state.recorded = False  # set once an exchange recorded its own failure
+            # each try is a request of its own, recorded once (by its exchange or as refused)
+            caller = Caller(started=sentence.complete_at, key=self.key,
+                            labels={"format": "pcm"}, gone=self.gone.wait,
+                            client_request_id=self.ws.headers.get("x-request-id"))  # fmt: skip
             try:
-                exchange, first = await start_exchange(self.state, order, self.ws,
-                                                       self.gone.wait)  # fmt: skip
+                exchange, first = await start_exchange(self.state, order, caller)
             except (Busy, KeyStreamsExceeded) as exc:
                 if self.live:
                     await self.settled.wait()
                     continue
-                return self._refused(sentence, exc)
+                return self._refused(sentence, caller, exc)
             except TTSError as exc:
-                return self._refused(sentence, exc)
+                return self._refused(sentence, caller, exc)
             self.live.add(exchange)
             self.settled.clear()
             return _Started(sentence, exchange, first)
 
-    def _refused(self, sentence: _Sentence, exc: TTSError) -> _Refused:
-        if not getattr(self.ws.state, "recorded", False):
-            record_refusal(self.state, self.ws, exc.to_body(), exc.status,
-                           sentence.complete_at, len(sentence.text))  # fmt: skip
+    def _refused(self, sentence: _Sentence, caller: Caller, exc: TTSError) -> _Refused:
+        caller.text_len = len(sentence.text)
+        record_refusal(self.state, caller, exc.to_body(), exc.status)  # once: see Caller.recorded
         return _Refused(sentence, exc)
 
     async def _send(self) -> None:

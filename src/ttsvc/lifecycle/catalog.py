@@ -19,7 +19,7 @@ from pathlib import Path
 
 from watchfiles import Change
 
-from ttsvc.gateway.hotswap import EngineSwapper
+from ttsvc.lifecycle.swapper import EngineSwapper
 from ttsvc.observability.logs import get_logger
 from ttsvc.protocol import EngineSpec, StartFailed
 from ttsvc.repository.layout import STAGING_PREFIX

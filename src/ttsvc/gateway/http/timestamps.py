@@ -28,10 +28,12 @@ from fastapi.responses import Response
 
 from ttsvc.audio.encode import FORMATS
 from ttsvc.errors import InvalidParameter
-from ttsvc.gateway.encoding import synthesis_response
-from ttsvc.gateway.models import SpeakerLookup, SpeechOrder, SynthesizeRequest, output_rate
-from ttsvc.gateway.sse import AudioBody, event
-from ttsvc.gateway.state import GatewayState
+from ttsvc.gateway.core.order import SpeechOrder
+from ttsvc.gateway.core.state import GatewayState
+from ttsvc.gateway.http.bodies import SynthesizeRequest
+from ttsvc.gateway.http.caller import http_caller
+from ttsvc.gateway.http.speech import synthesis_response
+from ttsvc.gateway.http.sse import AudioBody, event
 from ttsvc.protocol import AudioChunkMsg
 
 PATH = "/synthesize/with-timestamps"
@@ -82,13 +84,13 @@ class CaptionBody(AudioBody):
 
 
 def add_timestamps_route(
-    app: FastAPI, state: GatewayState, guarded: list[Depends], speaker: SpeakerLookup
+    app: FastAPI, state: GatewayState, guarded: list[Depends]
 ) -> None:
-    """Register the route on ``app`` (``speaker``: the app's speaker-name lookup)."""
+    """Register the route on ``app``."""
 
     @app.post(PATH, dependencies=guarded)
     async def with_timestamps(body: TimestampedRequest, request: Request) -> Response:
-        request.state.format = body.format
+        http_caller(request).labels["format"] = body.format
         voice = state.resolve_voice(body.voice)
         fmt = FORMATS[body.format]
         if body.stream is False or not fmt.streams:
@@ -98,8 +100,8 @@ def add_timestamps_route(
                 field="format" if not fmt.streams else "stream",
             )
         state.require_durations(voice)
-        order = SpeechOrder(body.text, body.speed, body.noise_scale, body.noise_w,
-                            body.sentence_silence, output_rate(fmt, body.sample_rate), fmt, True,
-                            "timestamps", voice, await speaker(voice, body.speaker),
-                            timestamps=True)  # fmt: skip
+        order = SpeechOrder.from_settings(body, text=body.text, voice=voice,
+                                          speaker=await state.speaker_of(voice, body.speaker),
+                                          format=fmt,
+                                          stream=True, api="timestamps", timestamps=True)
         return await synthesis_response(state, order, request, CaptionBody(body.stream_format))

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from ttsvc.errors import InvalidParameter, TTSError
-from ttsvc.gateway.models import VoiceSettings
+from ttsvc.gateway.core.order import VoiceSettings
 from ttsvc.protocol import AudioChunkMsg
 
 

@@ -13,8 +13,6 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
-from starlette.requests import HTTPConnection
-
 from ttsvc.audio.encode import Encoder
 from ttsvc.errors import (
     Busy,
@@ -24,9 +22,10 @@ from ttsvc.errors import (
     NothingToSay,
     TextTooLong,
 )
-from ttsvc.gateway.models import SpeechOrder
-from ttsvc.gateway.ratelimit import Ticket
-from ttsvc.gateway.state import GatewayState
+from ttsvc.gateway.core.caller import Caller
+from ttsvc.gateway.core.order import SpeechOrder
+from ttsvc.gateway.core.quotas import Ticket
+from ttsvc.gateway.core.state import GatewayState
 from ttsvc.pool.supervisor import WorkerPool
 
 
@@ -43,10 +42,11 @@ class Admitted:
     encoder: Encoder
 
 
-def admit(state: GatewayState, order: SpeechOrder, request: HTTPConnection) -> Admitted:
+def admit(state: GatewayState, order: SpeechOrder, caller: Caller) -> Admitted:
     """Admit ``order`` or raise its refusal (drain, text cap, empty text, engines, rate, key
     quota, slots, no worker)."""
     settings = state.settings
+    caller.text_len = len(order.text)  # its record says it, whatever refuses it
     if state.draining:
         raise Draining("the server is shutting down")
     field = "input" if order.api == "openai" else "text"
@@ -57,11 +57,10 @@ def admit(state: GatewayState, order: SpeechOrder, request: HTTPConnection) -> A
     pool = state.pool
     if pool is None:
         raise EngineError("no verified engine to serve yet: GET /voices says why")
-    request.state.text_len = len(order.text)
     rate = order.sample_rate or state.native_rate(order.voice)
     if (why := order.format.rate_error(rate)) is not None:  # e.g. opus at a voice's own rate
         raise InvalidParameter(why, field="sample_rate")
-    key = getattr(request.state, "key", None)
+    key = caller.key
     ticket = None
     if key is not None and state.keys is not None:
         # before the shared slots: a key over its quota or its share of the slots never takes

@@ -27,7 +27,7 @@ import base64
 import json
 import math
 
-from ttsvc.gateway.openai_compat import openai_error
+from ttsvc.gateway.http.openai import openai_error
 from ttsvc.protocol import AudioChunkMsg, StreamError
 
 SSE_MEDIA_TYPE = "text/event-stream"

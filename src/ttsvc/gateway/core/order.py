@@ -1,4 +1,5 @@
-"""What a synthesis request asks for: the request bodies, and the ``SpeechOrder`` they resolve to.
+"""What a synthesis request asks for: the voice settings every API shares and the ``SpeechOrder``
+they resolve to.
 
 Every API (``/synthesize``, OpenAI's ``/v1/audio/speech``, the WebSocket, Wyoming) turns its own
 request into one ``SpeechOrder``, the single input of the gateway's shared synthesis path; the
@@ -8,9 +9,7 @@ once.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -36,40 +35,43 @@ class VoiceSettings(BaseModel):
     sample_rate: int | None = None
 
 
-class SynthesizeRequest(VoiceSettings):
-    """Body of ``POST /synthesize``."""
-
-    text: str
-    format: Literal["wav", "pcm", "mulaw", "mp3", "opus", "flac"] = "wav"
-    stream: bool | None = None
-    """Unset: streamed, except formats sent only whole (flac)."""
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SpeechOrder:
-    """What either API asks for, validated and resolved: the one input of the shared path."""
+    """What any API asks for, validated and resolved: the one input of the request core.
+
+    Built by keyword only, and from a ``VoiceSettings`` by ``from_settings``, so the voice knobs
+    are copied from a request in one place."""
 
     text: str
-    speed: float
-    noise_scale: float | None
-    noise_w: float | None
-    sentence_silence: float
-    sample_rate: int | None
-    """Output rate, ``None`` for the voice's own."""
+    voice: str
+    """The served voice (resolved from the request's name or alias)."""
     format: OutputFormat
     stream: bool
     api: str
-    """``synthesize`` or ``openai``, for metrics."""
-    voice: str = ""
-    """The served voice (resolved from the request's name or alias)."""
+    """Which API asked (``synthesize``, ``openai``, ``timestamps``, ``websocket``, ``wyoming``),
+    for metrics."""
+    speed: float = SPEED
+    noise_scale: float | None = None
+    noise_w: float | None = None
+    sentence_silence: float = SENTENCE_SILENCE
+    sample_rate: int | None = None
+    """Output rate, ``None`` for the voice's own."""
     speaker: int | None = None
     """Its speaker id (resolved from a name), ``None`` for its first."""
     timestamps: bool = False
     """Ask the worker for word timestamps (``AudioChunkMsg.words``)."""
 
-
-SpeakerLookup = Callable[[str, "int | str | None"], Awaitable["int | None"]]
-"""A voice's speaker id for a request's ``speaker`` (a 422 naming the speakers if none)."""
+    @classmethod
+    def from_settings(cls, settings: VoiceSettings, *, text: str, voice: str,
+                      speaker: int | None, format: OutputFormat, stream: bool, api: str,
+                      timestamps: bool = False) -> SpeechOrder:  # fmt: skip
+        """The order a request's ``VoiceSettings`` make, its rate checked against ``format``
+        (``voice`` and ``speaker`` already resolved from the settings' names)."""
+        return cls(text=text, voice=voice, format=format, stream=stream, api=api,
+                   speed=settings.speed, noise_scale=settings.noise_scale,
+                   noise_w=settings.noise_w, sentence_silence=settings.sentence_silence,
+                   sample_rate=output_rate(format, settings.sample_rate), speaker=speaker,
+                   timestamps=timestamps)  # fmt: skip
 
 
 def output_rate(fmt: OutputFormat, requested: int | None) -> int | None:

@@ -18,8 +18,9 @@ from starlette.middleware.base import RequestResponseEndpoint
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ttsvc.errors import PayloadTooLarge
-from ttsvc.gateway.responses import error_response
-from ttsvc.gateway.state import GatewayState
+from ttsvc.gateway.core.state import GatewayState
+from ttsvc.gateway.http.caller import scope_caller
+from ttsvc.gateway.http.errors import error_response
 
 
 async def body_cap(
@@ -28,7 +29,7 @@ async def body_cap(
     """HTTP middleware (``create_app`` registers it): stamps the request's start (its latency
     in the completion line) and refuses a body whose ``Content-Length`` is over the cap before
     any of it is read; ``BodyLimit`` catches bodies that declare no length."""
-    request.state.started = time.perf_counter()
+    scope_caller(request.scope).started = time.perf_counter()
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > state.settings.max_body_bytes:
         exc = PayloadTooLarge(f"body over {state.settings.max_body_bytes} bytes")
@@ -62,7 +63,7 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.disconnect" and not (answered or whole):
                 # the client left mid-upload: a disconnect, not a bad body (``http_error``)
-                scope.setdefault("state", {})["body_cut"] = True
+                scope_caller(scope).body_cut = True
             if message["type"] == "http.request":
                 whole = not message.get("more_body", False)
             if message["type"] == "http.request" and not answered:
@@ -95,7 +96,7 @@ class StreamAbort:
 
     Once audio has gone out the status line said 200, so a stream that cannot finish (its
     worker died or stalled, the drain's grace ran out) must not end like a complete one: the
-    request marks itself (``request.state.cut``) and this layer withholds the final body
+    request's caller is marked (``Caller.cut``) and this layer withholds the final body
     message. The server then sees an unfinished response and closes the connection, and every
     HTTP client reports an incomplete body instead of a short, well-formed file.
 
@@ -112,7 +113,7 @@ class StreamAbort:
             return
 
         def cut() -> bool:
-            return bool(scope.get("state", {}).get("cut"))
+            return scope_caller(scope).cut
 
         async def guarded(message: Message) -> None:
             if message["type"] == "http.response.body" and not message.get("more_body") and cut():

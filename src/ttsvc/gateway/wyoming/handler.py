@@ -1,5 +1,5 @@
 """One connection to the Wyoming server (``wyoming``): its events read as they come, and what
-they ask for spoken in order through the HTTP path.
+they ask for spoken in order through the request core.
 
 It exists apart from the server (``wyoming``: listener, voice catalog, requests) so one
 connection's life can be read on its own.
@@ -20,11 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from starlette.requests import ClientDisconnect, Request
-from starlette.types import Message
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event
@@ -41,16 +39,16 @@ from wyoming.tts import (
 
 from ttsvc.audio.encode import FORMATS
 from ttsvc.errors import NothingToSay, TTSError
-from ttsvc.gateway.encoding import ExchangeStreamingResponse, synthesis_response
-from ttsvc.gateway.exchange import WorkerReportedError
-from ttsvc.gateway.models import SpeechOrder
-from ttsvc.gateway.responses import error_response
-from ttsvc.gateway.wyoming_events import EventReader, IdleConnection
+from ttsvc.gateway.core.caller import Caller
+from ttsvc.gateway.core.exchange import WorkerReportedError, start_exchange
+from ttsvc.gateway.core.keys import ApiKey
+from ttsvc.gateway.core.order import SpeechOrder
+from ttsvc.gateway.core.records import record_refusal
+from ttsvc.gateway.core.state import GatewayState
+from ttsvc.gateway.wyoming.events import EventLimits, EventReader, IdleConnection
+from ttsvc.gateway.wyoming.voices import Voice, WyomingVoices
 from ttsvc.observability.logs import get_logger
 from ttsvc.text.incremental import SentenceBuffer
-
-if TYPE_CHECKING:
-    from ttsvc.gateway.wyoming import Voice, WyomingServer
 
 log = get_logger("wyoming")
 
@@ -60,6 +58,9 @@ hold seconds of audio, and satellites play small chunks more smoothly."""
 SENTENCE_SILENCE_S = 0.2
 """Silence between sentences, as ``/synthesize`` puts between the sentences of one text (in a
 text stream each sentence is a request of its own)."""
+WYOMING_KEY = "wyoming"
+"""The key name Wyoming requests are charged to when API keys are on (the protocol carries no
+credentials)."""
 WIDTH, CHANNELS = 2, 1  # 16-bit mono PCM, what every voice speaks
 
 
@@ -115,10 +116,18 @@ class WyomingHandler(AsyncEventHandler):
     that leaves is noticed (its request is cancelled in the worker) even mid-sentence.
     """
 
-    def __init__(self, server: WyomingServer, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:  # fmt: skip
+    def __init__(self, state: GatewayState, voices: WyomingVoices, limits: EventLimits,
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                 closed: Callable[[str], None],
+                 gone: Callable[[WyomingHandler], None]) -> None:  # fmt: skip
+        """``closed``: counts a connection the server ended because of its client (the
+        reason); ``gone``: tells the server this connection is over."""
         super().__init__(reader, writer)
-        self.server = server
+        self.state = state
+        self.voices = voices
+        self.limits = limits
+        self.closed = closed
+        self.forget = gone
         self.streamed = False
         """The client has used a text stream: a full-text ``synthesize`` is only its copy."""
         self.buffer: SentenceBuffer | None = None
@@ -141,17 +150,17 @@ class WyomingHandler(AsyncEventHandler):
     async def run(self) -> None:
         """Read events within the server's limits (``wyoming_events``) until the client ends the
         connection, goes idle, sends what is refused, or the server stops it."""
-        events = EventReader(self.reader, self.server.limits, self.busy)
+        events = EventReader(self.reader, self.limits, self.busy)
         self._is_running = True
         try:
             while self._is_running:
                 try:
                     event = await events.next()
                 except IdleConnection:
-                    self.server.closed("idle")
+                    self.closed("idle")
                     break
                 except TTSError as exc:  # too large, not JSON, sent too slowly
-                    self.server.closed(exc.type)
+                    self.closed(exc.type)
                     await self._fail(exc.type, exc.message)
                     break
                 if event is None or not await self.handle_event(event):
@@ -174,7 +183,7 @@ class WyomingHandler(AsyncEventHandler):
     async def _take(self, event: Event) -> None:
         """Answer ``describe`` at once; queue what the other events ask for, in order."""
         if Describe.is_type(event.type):
-            await self.write_event((await self.server.info()).event())
+            await self.write_event((await self.voices.info()).event())
         elif Synthesize.is_type(event.type):
             if not self.streamed:
                 synthesize = Synthesize.from_event(event)
@@ -183,7 +192,7 @@ class WyomingHandler(AsyncEventHandler):
             if self.buffer is not None:  # a new stream ends the one left open
                 self._stop_stream()
             self.streamed = True
-            self.buffer = SentenceBuffer(self.server.state.settings.max_sentence_chars)
+            self.buffer = SentenceBuffer(self.state.settings.max_sentence_chars)
             self.work.put_nowait(_Start(_voice(SynthesizeStart.from_event(event).voice)))
         elif SynthesizeChunk.is_type(event.type):
             if self.buffer is not None:
@@ -202,7 +211,7 @@ class WyomingHandler(AsyncEventHandler):
     async def disconnect(self) -> None:
         """The client closed the connection (or the server stops): whatever it asked for that is
         still running is cancelled, in its worker too."""
-        self.server.handlers.discard(self)
+        self.forget(self)
         self.gone.set()
         self.speaker.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -232,9 +241,9 @@ class WyomingHandler(AsyncEventHandler):
     async def _do(self, work: _Work) -> None:
         if isinstance(work, _Once | _Start):  # a new reply: its voice, no audio yet
             try:
-                self.voice = await self.server.resolve(work.voice)
+                self.voice = await self.voices.resolve(work.voice)
             except TTSError as exc:
-                self._refused(self.server.request(self._receive), exc)
+                self._refused(self._caller(), exc)
                 raise
             self.started, self.sent_s = False, 0.0
         if isinstance(work, _Once):
@@ -254,15 +263,17 @@ class WyomingHandler(AsyncEventHandler):
             await self._end_audio()
             await self._write(SynthesizeStopped().event())
 
-    async def _receive(self) -> Message:
-        """The request's ASGI receive: its body was read; next comes the client leaving."""
-        await self.gone.wait()
-        return {"type": "http.disconnect"}
+    def _caller(self) -> Caller:
+        """A Wyoming synthesis as the request core's caller (it leaves when its connection
+        closes); charged to the ``wyoming`` key where keys are on."""
+        keys = self.state.keys
+        key = None if keys is None else ApiKey(WYOMING_KEY, b"", keys.default)
+        return Caller(key=key, labels={"format": "pcm"}, gone=self.gone.wait)
 
-    def _refused(self, request: Request, exc: TTSError) -> None:
-        """Record a request refused before any audio, as HTTP's exception handler does (once:
-        an exchange that failed recorded itself)."""
-        error_response(self.server.state, request, exc.to_body(), exc.status)
+    def _refused(self, caller: Caller, exc: TTSError) -> None:
+        """Record a request refused before any audio, as every transport records one (once: an
+        exchange that failed recorded itself)."""
+        record_refusal(self.state, caller, exc.to_body(), exc.status)
 
     async def _end_audio(self) -> None:
         if not self.started:  # nothing was said: the client still learns the format
@@ -271,7 +282,7 @@ class WyomingHandler(AsyncEventHandler):
 
     async def _audio_start(self) -> None:
         assert self.voice is not None
-        rate = self.server.state.native_rate(self.voice.name)
+        rate = self.state.native_rate(self.voice.name)
         await self._write(AudioStart(rate=rate, width=WIDTH, channels=CHANNELS).event())
         self.started = True
 
@@ -282,42 +293,40 @@ class WyomingHandler(AsyncEventHandler):
             raise ConnectionGone from exc
 
     async def _synthesize(self, text: str) -> None:
-        """One request through the HTTP path, its PCM sent as audio-chunk events as it comes."""
+        """One request through the request core, its PCM sent as audio-chunk events as it
+        comes."""
         assert self.voice is not None
-        state = self.server.state
-        order = SpeechOrder(text, 1.0, None, None, SENTENCE_SILENCE_S, None, FORMATS["pcm"],
-                            True, "wyoming", self.voice.name, self.voice.speaker)  # fmt: skip
+        state = self.state
+        order = SpeechOrder(text=text, voice=self.voice.name, speaker=self.voice.speaker,
+                            format=FORMATS["pcm"], stream=True, api="wyoming",
+                            sentence_silence=SENTENCE_SILENCE_S)  # fmt: skip
         rate = state.native_rate(self.voice.name)
-        first = True
-
-        async def send(message: Message) -> None:
-            nonlocal first
-            if message["type"] != "http.response.body" or not message.get("body"):
-                return
-            pcm: bytes = message["body"]
-            if first:
-                first = False
-                if not self.started:
-                    await self._audio_start()
-                elif self.sent_s > 0:  # the pause between this sentence and the one before
-                    pcm = bytes(WIDTH * round(SENTENCE_SILENCE_S * rate)) + pcm
-            step = WIDTH * SAMPLES_PER_CHUNK
-            for at in range(0, len(pcm), step):
-                piece = pcm[at : at + step]
-                chunk = AudioChunk(rate=rate, width=WIDTH, channels=CHANNELS, audio=piece,
-                                   timestamp=round(1000 * self.sent_s))  # fmt: skip
-                await self._write(chunk.event())
-                self.sent_s += len(piece) / WIDTH / rate
-
-        request = self.server.request(self._receive)
+        caller = self._caller()
         try:
-            response = await synthesis_response(state, order, request)
+            exchange, first_msg = await start_exchange(state, order, caller)
         except TTSError as exc:
-            self._refused(request, exc)
+            self._refused(caller, exc)
             raise
+        first = True
         try:
-            await response(request.scope, self._receive, send)
-        except ClientDisconnect as exc:
-            raise ConnectionGone from exc
-        if isinstance(response, ExchangeStreamingResponse) and response.exchange.failure:
-            raise WorkerReportedError(response.exchange.failure)
+            async for encoded, _ in exchange.encoded(first_msg):
+                if not (pcm := encoded):
+                    continue
+                if first:
+                    first = False
+                    if not self.started:
+                        await self._audio_start()
+                    elif self.sent_s > 0:  # the pause between this sentence and the one before
+                        pcm = bytes(WIDTH * round(SENTENCE_SILENCE_S * rate)) + pcm
+                step = WIDTH * SAMPLES_PER_CHUNK
+                for at in range(0, len(pcm), step):
+                    piece = pcm[at : at + step]
+                    chunk = AudioChunk(rate=rate, width=WIDTH, channels=CHANNELS, audio=piece,
+                                       timestamp=round(1000 * self.sent_s))  # fmt: skip
+                    await self._write(chunk.event())
+                    self.sent_s += len(piece) / WIDTH / rate
+        finally:
+            exchange.finish("cancelled", cancel=True)  # no-op after a normal end
+            exchange.release_encoder()
+        if exchange.failure is not None:
+            raise WorkerReportedError(exchange.failure)

@@ -1,4 +1,4 @@
-"""Error answers: every refusal in the one ``{"error", "type"}`` shape, recorded once.
+"""HTTP's error answers: every refusal in the one ``{"error", "type"}`` shape, recorded once.
 
 Whatever ends a request without audio, an error class of ``ttsvc.errors``, Starlette's own HTTP
 errors, a body that does not validate or a crash, is answered here (in OpenAI's shape on /v1)
@@ -8,14 +8,10 @@ plain functions of the gateway's state; ``create_app`` registers them.
 
 from __future__ import annotations
 
-import time
-import uuid
-
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
-from starlette.requests import HTTPConnection
 
 from ttsvc.errors import (
     ClientClosedRequest,
@@ -24,8 +20,10 @@ from ttsvc.errors import (
     RequestTimeout,
     TTSError,
 )
-from ttsvc.gateway.openai_compat import openai_error
-from ttsvc.gateway.state import GatewayState
+from ttsvc.gateway.core.records import record_refusal
+from ttsvc.gateway.core.state import GatewayState
+from ttsvc.gateway.http.caller import scope_caller
+from ttsvc.gateway.http.openai import openai_error
 
 SYNTHESIS_PATHS = ("/synthesize", "/v1/audio/speech", "/synthesize/with-timestamps")
 """Routes whose every request ends in exactly one completion log line."""
@@ -39,16 +37,6 @@ _HTTP_MESSAGES = {
 }
 
 
-def log_labels(request: HTTPConnection) -> dict[str, object]:
-    """The request's key name and format (and on /v1 its stream format), for its log line (set
-    as the request is checked)."""
-    labels = {"key": getattr(request.state, "key_name", None),
-              "format": getattr(request.state, "format", None)}  # fmt: skip
-    if (framing := getattr(request.state, "stream_format", None)) is not None:
-        labels["stream_format"] = framing
-    return labels
-
-
 def error_response(
     state: GatewayState,
     request: Request,
@@ -56,52 +44,16 @@ def error_response(
     status: int,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    """Answer a synthesis request that produced no audio, and record it once."""
-    recorded = getattr(request.state, "recorded", False)  # an exchange already logged it
-    if request.url.path in SYNTHESIS_PATHS and not recorded:
-        request.state.request_id = record_refusal(state, request, body, status,
-                                                  _started(request),
-                                                  getattr(request.state, "text_len", None))
-        request.state.recorded = True  # a later error of the same request (a 400 after a 413)
-    if (uid := getattr(request.state, "request_id", None)) is not None:
-        headers = {**(headers or {}), "X-Request-Id": uid}  # the id its log line carries
+    """Answer a request that produced no audio; a synthesis request is recorded once (an
+    exchange that failed recorded itself), and the answer names the uid its record carries."""
+    caller = scope_caller(request.scope)
+    if request.url.path in SYNTHESIS_PATHS:
+        record_refusal(state, caller, body, status)
+    if caller.request_id is not None:
+        headers = {**(headers or {}), "X-Request-Id": caller.request_id}
     if request.url.path.startswith("/v1/"):
         return JSONResponse(openai_error(body), status_code=status, headers=headers)
     return JSONResponse(body, status_code=status, headers=headers)
-
-
-def record_refusal(
-    state: GatewayState,
-    conn: HTTPConnection,
-    body: dict[str, str],
-    status: int,
-    started: float,
-    text_len: int | None,
-) -> str:
-    """Record a synthesis request refused before it reached a worker: its counters and its one
-    completion line; returns the uid the line carries."""
-    uid = uuid.uuid4().hex
-    fields: dict[str, object] = {
-        "uid": uid,
-        "worker": None,  # refused before dispatch: no worker, queue, audio or engine
-        "qsize": None,
-        "text_len": text_len,
-        "ttfa_ms": None,
-        "latency": round(1000 * (time.perf_counter() - started), 1),
-        "audio_s": 0.0,
-        "rtf": None,
-        "engine_version": None,
-        "status": body["type"],
-        "error_type": body["type"],
-        **log_labels(conn),
-    }
-    state.complete(fields, status)
-    return uid
-
-
-def _started(request: Request) -> float:
-    started = getattr(request.state, "started", None)
-    return started if isinstance(started, float) else time.perf_counter()
 
 
 async def tts_error(state: GatewayState, request: Request, exc: TTSError) -> JSONResponse:
@@ -111,11 +63,12 @@ async def tts_error(state: GatewayState, request: Request, exc: TTSError) -> JSO
 async def http_error(state: GatewayState, request: Request, exc: HTTPException) -> JSONResponse:
     # Starlette's own answers (unknown route, wrong method) and FastAPI's 400 for a body it
     # could not decode, in the same shape as every other error
-    if getattr(request.state, "timed_out", None) == "body":
+    caller = scope_caller(request.scope)
+    if caller.timed_out == "body":
         # the connection already answered 408 and closed; the failed body read lands here
         timeout = RequestTimeout("the request body took too long")
         return error_response(state, request, timeout.to_body(), timeout.status)
-    if getattr(request.state, "body_cut", False):
+    if caller.body_cut:
         # the client left before its body arrived (FastAPI turns the failed read into a 400):
         # a disconnect (499), not a body that is not JSON
         gone = ClientClosedRequest("the client closed the connection before its body arrived")

@@ -1,15 +1,13 @@
 """The HTTP routes: the page, health, voices, the synthesis APIs and OpenAI's models.
 
 Each route only checks and resolves its request (key, voice, format, speaker) into a
-``SpeechOrder`` and hands it to the shared synthesis path (``ttsvc.gateway.encoding``); the
-WebSocket and the timestamped route add themselves from their own modules. ``add_routes`` adds
-them all to the app in the order they match, behind the API key where one is required.
+``SpeechOrder`` and hands it to the HTTP answer of a synthesis (``http.speech``); the timestamped
+route adds itself from its own module. ``add_routes`` adds them all to the app in the order they
+match, behind the API key where one is required.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request, params
@@ -18,31 +16,24 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from ttsvc.audio.encode import FORMATS
-from ttsvc.backends.base import EngineSource
 from ttsvc.errors import FormatUnavailable, InvalidParameter, UnknownModel
-from ttsvc.gateway.captions import add_timestamps_route
-from ttsvc.gateway.encoding import synthesis_response
-from ttsvc.gateway.hotswap import EngineSwapper
-from ttsvc.gateway.models import (
-    SpeakerLookup,
-    SpeechOrder,
-    SynthesizeRequest,
-    output_rate,
-    streamed,
-)
-from ttsvc.gateway.openai_compat import (
+from ttsvc.gateway.core.order import SpeechOrder, streamed
+from ttsvc.gateway.core.state import GatewayState
+from ttsvc.gateway.http.bodies import SynthesizeRequest
+from ttsvc.gateway.http.caller import http_caller
+from ttsvc.gateway.http.openai import (
     OPENAI_MODELS,
     OPENAI_RATE,
-    OPENAI_VOICES,
     SpeechRequest,
     model_card,
 )
-from ttsvc.gateway.sse import SpeechEventBody
-from ttsvc.gateway.state import GatewayState
-from ttsvc.gateway.stream_ws import install as install_stream
+from ttsvc.gateway.http.speech import synthesis_response
+from ttsvc.gateway.http.sse import SpeechEventBody
+from ttsvc.gateway.http.timestamps import add_timestamps_route
+from ttsvc.lifecycle.swapper import EngineSwapper
 from ttsvc.protocol import EngineSpec
 from ttsvc.repository.watcher import Rejection
-from ttsvc.voice import VOICE_FILE, VoiceConfig, describe, speaker_id
+from ttsvc.voice import describe
 
 STATIC = Path(__file__).with_name("static")
 """The try-it page's files (package data): served by the service itself, no CDN."""
@@ -61,17 +52,15 @@ def add_routes(app: FastAPI, state: GatewayState) -> None:
     async def authenticate(request: Request) -> None:
         """Every route but /health and /live: the key's name is kept for logs, never the key."""
         if state.keys is not None:
-            key = state.keys.authenticate(request.headers.get("authorization"))
-            request.state.key = key
-            request.state.key_name = key.name
+            http_caller(request).key = state.keys.authenticate(request.headers.get("authorization"))
 
     guarded = [Depends(authenticate)]
 
     if state.settings.api_docs:
         _add_docs(app, guarded)
     _add_public(app, state)
-    speaker = _add_voices(app, state, guarded)
-    _add_speech(app, state, guarded, speaker)
+    _add_voices(app, state, guarded)
+    _add_speech(app, state, guarded)
 
 
 def _add_docs(app: FastAPI, guarded: list[params.Depends]) -> None:
@@ -123,34 +112,11 @@ def _add_public(app: FastAPI, state: GatewayState) -> None:
         )
 
 
-def _add_voices(app: FastAPI, state: GatewayState, guarded: list[params.Depends]) -> SpeakerLookup:
+def _add_voices(app: FastAPI, state: GatewayState, guarded: list[params.Depends]) -> None:
     """``GET /voices``; returns the speaker lookup the synthesis routes check requests with (it
     reads the same voice configs)."""
-    settings = state.settings
-    configs: dict[tuple[str, str], dict[str, object]] = {}
-    """Each served engine version's Piper config, by voice and label (read once, off the event
-    loop)."""
-
-    async def config(spec: EngineSpec) -> dict[str, object]:
-        key = spec.voice, spec.label
-        if key not in configs:
-            raw = await asyncio.to_thread(EngineSource.from_spec(spec).read, VOICE_FILE)
-            configs[key] = json.loads(raw.decode("utf-8"))
-        return configs[key]
-
     async def details(spec: EngineSpec | None) -> dict[str, object]:
-        return {} if spec is None else describe(await config(spec))
-
-    async def speaker(voice: str, value: int | str | None) -> int | None:
-        """The id of the speaker a request names, checked against its voice's config: a 422 on
-        ``speaker`` naming the voice's speakers, before any worker is asked."""
-        swapper = state.catalog.get(voice) if state.catalog is not None else None
-        if value is None or swapper is None or swapper.current is None:
-            return None
-        try:
-            return speaker_id(VoiceConfig.from_piper(await config(swapper.current), voice), value)
-        except ValueError as exc:
-            raise InvalidParameter(str(exc), field="speaker") from exc
+        return {} if spec is None else describe(await state.voice_config(spec))
 
     def voice_entry(name: str, swapper: EngineSwapper, details: dict[str, object],
                     aliases: list[str]) -> dict[str, object]:  # fmt: skip
@@ -184,8 +150,7 @@ def _add_voices(app: FastAPI, state: GatewayState, guarded: list[params.Depends]
             return {"voices": []}
         names = sorted(catalog.swappers, key=lambda n: (n != state.voice, n))
         aliases: dict[str, list[str]] = {}
-        for alias, target in {**{a: state.voice for a in OPENAI_VOICES},
-                              **settings.voice_aliases}.items():  # fmt: skip
+        for alias, target in state.aliases.items():
             aliases.setdefault(target, []).append(alias)
         entries = []
         for name in names:
@@ -196,30 +161,29 @@ def _add_voices(app: FastAPI, state: GatewayState, guarded: list[params.Depends]
                                        sorted(aliases.get(name, []))))  # fmt: skip
         return {"voices": entries}
 
-    return speaker
 
 
 def _add_speech(
-    app: FastAPI, state: GatewayState, guarded: list[params.Depends], speaker: SpeakerLookup
+    app: FastAPI, state: GatewayState, guarded: list[params.Depends]
 ) -> None:
-    """The synthesis APIs, in this order: ``/synthesize``, OpenAI's speech, the WebSocket, the
-    timestamped route and OpenAI's models."""
+    """The synthesis APIs, in this order: ``/synthesize``, OpenAI's speech, the timestamped
+    route and OpenAI's models (the WebSocket is its own transport, added by the app)."""
 
     @app.post("/synthesize", dependencies=guarded)
     async def synthesize(body: SynthesizeRequest, request: Request) -> Response:
-        request.state.format = body.format
+        http_caller(request).labels["format"] = body.format
         voice = state.resolve_voice(body.voice)
         fmt = FORMATS[body.format]
-        order = SpeechOrder(body.text, body.speed, body.noise_scale, body.noise_w,
-                            body.sentence_silence, output_rate(fmt, body.sample_rate), fmt,
-                            streamed(fmt, body.stream), "synthesize", voice,
-                            await speaker(voice, body.speaker))  # fmt: skip
+        order = SpeechOrder.from_settings(body, text=body.text, voice=voice,
+                                          speaker=await state.speaker_of(voice, body.speaker),
+                                          format=fmt,
+                                          stream=streamed(fmt, body.stream), api="synthesize")
         return await synthesis_response(state, order, request)
 
     @app.post("/v1/audio/speech", dependencies=guarded)
     async def speech(body: SpeechRequest, request: Request) -> Response:
-        request.state.format = body.response_format
-        request.state.stream_format = body.stream_format
+        http_caller(request).labels.update(format=body.response_format,
+                                           stream_format=body.stream_format)
         if body.model not in OPENAI_MODELS:
             raise UnknownModel(f"unknown model {body.model!r}: GET /v1/models lists them",
                                field="model")  # fmt: skip
@@ -234,16 +198,15 @@ def _add_speech(
                                        '"sse" (or use /synthesize/with-timestamps)',
                                        field="timestamps")  # fmt: skip
             state.require_durations(voice)
-        order = SpeechOrder(body.input, body.speed, None, None, 0.2, OPENAI_RATE, fmt,
-                            streamed(fmt, body.stream), "openai", voice,
-                            timestamps=body.timestamps)  # fmt: skip
+        order = SpeechOrder(text=body.input, voice=voice, format=fmt,
+                            stream=streamed(fmt, body.stream), api="openai", speed=body.speed,
+                            sample_rate=OPENAI_RATE, timestamps=body.timestamps)
         if body.stream_format == "sse":
             events = SpeechEventBody(len(body.input), state.frames_per_s(voice), body.timestamps)
             return await synthesis_response(state, order, request, events)
         return await synthesis_response(state, order, request)
 
-    install_stream(app, state, speaker)
-    add_timestamps_route(app, state, guarded, speaker)
+    add_timestamps_route(app, state, guarded)
 
     @app.get("/v1/models", dependencies=guarded)
     async def models() -> dict[str, object]:

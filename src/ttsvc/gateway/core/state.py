@@ -8,26 +8,31 @@ durations, which served voice a name means) is asked of it here.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from ttsvc.backends.base import EngineSource
 from ttsvc.balancer import HeatScoreBalancer
 from ttsvc.config import Settings
-from ttsvc.errors import EngineError, TimestampsUnavailable, TTSError, UnknownVoice
-from ttsvc.gateway.auth import KeyStore
-from ttsvc.gateway.catalog import VoiceCatalog
-from ttsvc.gateway.hotswap import EngineSwapper
-from ttsvc.gateway.openai_compat import OPENAI_VOICES
-from ttsvc.gateway.ratelimit import KeyRateLimiter
+from ttsvc.errors import (
+    EngineError,
+    InvalidParameter,
+    TimestampsUnavailable,
+    TTSError,
+    UnknownVoice,
+)
+from ttsvc.gateway.core.keys import KeyStore
+from ttsvc.gateway.core.quotas import KeyRateLimiter
+from ttsvc.lifecycle.catalog import VoiceCatalog
+from ttsvc.lifecycle.swapper import EngineSwapper
 from ttsvc.observability.logs import get_logger
 from ttsvc.observability.metrics import ServiceMetrics
 from ttsvc.pool.supervisor import WorkerPool
+from ttsvc.protocol import EngineSpec
 from ttsvc.repository.watcher import load_manifest_json
-from ttsvc.voice import HOP_LENGTH, SAMPLE_RATE
-
-if TYPE_CHECKING:
-    from ttsvc.gateway.exchange import SynthesisExchange
+from ttsvc.voice import HOP_LENGTH, SAMPLE_RATE, VOICE_FILE, VoiceConfig, speaker_id
 
 log = get_logger("gateway")
 
@@ -48,16 +53,44 @@ class GatewayState:
     keys: KeyStore | None = None
     """API keys in force; ``None``: no authentication."""
     limiter: KeyRateLimiter = field(default_factory=lambda: KeyRateLimiter(time.monotonic))
-    exchanges: set[SynthesisExchange] = field(default_factory=set)
-    """Synthesis requests in flight (dispatched to a worker, not yet finished)."""
+    aborts: dict[object, Callable[[TTSError], None]] = field(default_factory=dict)
+    """How to end each synthesis request in flight (dispatched to a worker, not yet finished):
+    the exchanges register themselves, so the state needs to know nothing of them."""
+    aliases: dict[str, str] = field(default_factory=dict)
+    """Other names a request may give a served voice (OpenAI's voice names, the settings'
+    ``voice_aliases``), set by the app."""
+
+    configs: dict[tuple[str, str], dict[str, object]] = field(default_factory=dict)
+    """Each served engine version's Piper config, by voice and label (read once, off the event
+    loop): what ``/voices``, Wyoming's ``info`` and the speaker checks read."""
+
+    async def voice_config(self, spec: EngineSpec) -> dict[str, object]:
+        """The Piper config of the engine version ``spec``."""
+        key = spec.voice, spec.label
+        if key not in self.configs:
+            raw = await asyncio.to_thread(EngineSource.from_spec(spec).read, VOICE_FILE)
+            self.configs[key] = json.loads(raw.decode("utf-8"))
+        return self.configs[key]
+
+    async def speaker_of(self, voice: str, value: int | str | None) -> int | None:
+        """The id of the speaker a request names, checked against its served voice's config: a
+        422 on ``speaker`` naming the voice's speakers, before any worker is asked."""
+        swapper = self.catalog.get(voice) if self.catalog is not None else None
+        if value is None or swapper is None or swapper.current is None:
+            return None
+        config = VoiceConfig.from_piper(await self.voice_config(swapper.current), voice)
+        try:
+            return speaker_id(config, value)
+        except ValueError as exc:
+            raise InvalidParameter(str(exc), field="speaker") from exc
 
     def abort_exchanges(self, error: TTSError) -> int:
         """End every request in flight with ``error`` (the drain's grace is over); returns how
-        many. Each is recorded at once; its response then ends as a failure (see ``abort``)."""
-        exchanges = list(self.exchanges)
-        for exchange in exchanges:
-            exchange.abort(error)
-        return len(exchanges)
+        many. Each is recorded at once; its response then ends as a failure."""
+        aborts = list(self.aborts.values())
+        for abort in aborts:
+            abort(error)
+        return len(aborts)
 
     def complete(self, fields: dict[str, object], code: int) -> None:
         """Record one finished synthesis request: counters, and its one completion log line."""
@@ -107,9 +140,7 @@ class GatewayState:
         service is before its first; a name nothing serves a 404 listing the voices that do."""
         if name is None:
             name = self.voice
-        aliases = {alias: self.voice for alias in OPENAI_VOICES}
-        aliases.update(self.settings.voice_aliases)
-        target = aliases.get(name, name)
+        target = self.aliases.get(name, name)
         catalog = self.catalog
         swapper = catalog.get(target) if catalog is not None else None
         if swapper is not None and swapper.current is not None:

@@ -37,7 +37,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
 from ttsvc.errors import RequestTimeout
-from ttsvc.gateway.openai_compat import openai_error
+from ttsvc.gateway.http.caller import scope_caller
+from ttsvc.gateway.http.openai import openai_error
 from ttsvc.observability.logs import get_logger
 
 log = get_logger("connections")
@@ -153,7 +154,7 @@ class DeadlineH11Protocol(H11Protocol):
         cycle = self.cycle
         if phase == "body" and cycle is not None and not cycle.response_started:
             # the app is still waiting for the body: it sees a disconnect, and sends nothing
-            cycle.scope.setdefault("state", {})["timed_out"] = phase  # recorded as a 408
+            scope_caller(cycle.scope).timed_out = phase  # recorded as a 408
             cycle.disconnected = True
             cycle.message_event.set()
             self._answer(RequestTimeout(f"the request body took over {self.deadlines.body_s:g} s"))

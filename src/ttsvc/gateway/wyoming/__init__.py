@@ -1,0 +1,1 @@
+"""The Wyoming protocol (Home Assistant's voice pipeline) on its own TCP port."""
