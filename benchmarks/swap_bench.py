@@ -1,6 +1,6 @@
 """Hot-swap benchmark: how fast a changed engine serves, and what a swap costs callers under load.
 
-Why this exists: the hot-swap tests (``tests/gateway/test_hotswap.py``) prove that a swap is
+Why this exists: the hot-swap tests (``tests/lifecycle/test_swapper.py``) prove that a swap is
 correct (no dropped stream, no half-copied engine served), but not how long it takes or what it
 does to latency. Operators change engines two ways (an atomic ``ttsvc compile`` publish, and the
 in-place ``mv x.onnx x.onnx.bak; cp new.onnx x.onnx``), and the gateway must detect, settle, hash,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,29 @@ from ttsvc.synthesis import Synthesizer
 from ttsvc.voice import VoiceConfig
 
 
+def shared_build(
+    factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]
+) -> Path:
+    """A directory ``build`` fills once per test run, for the session fixtures to copy from.
+
+    Under pytest-xdist each worker is a session of its own and would compile every voice again;
+    their temp directories share a parent, so the first worker to ask builds there under a file
+    lock and the others wait and reuse it. Without xdist it is the session's own directory.
+    """
+    base = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this run's directory, shared by its workers
+    target = base / f"shared-{name}"
+    with (base / f"shared-{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (target / ".complete").exists():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            build(target)
+            (target / ".complete").touch()
+    return target
+
+
 @pytest.fixture(scope="session")
 def engines_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh engines directory for the session.
@@ -40,6 +64,10 @@ def engines_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     prebuilt = os.environ.get("TTSVC_TEST_ENGINES")
     if prebuilt and (Path(prebuilt) / DEFAULT_VOICE).is_dir():
         shutil.copytree(Path(prebuilt) / DEFAULT_VOICE, root / DEFAULT_VOICE)
+        return root
+    shared = shared_build(tmp_path_factory, "default",
+                          lambda d: ensure_default_voice(d, lambda _msg: None))  # fmt: skip
+    shutil.copytree(shared / DEFAULT_VOICE, root / DEFAULT_VOICE)
     return root
 
 
@@ -65,13 +93,18 @@ def second_voice_root(
     if prebuilt and (Path(prebuilt) / SECOND_VOICE).is_dir():
         shutil.copytree(Path(prebuilt) / SECOND_VOICE, root / SECOND_VOICE)
         return root
-    model, _ = derive_checkpoint(tmp_path_factory.mktemp("derived-checkpoint"))
-    result = subprocess.run(
-        [sys.executable, "-m", "ttsvc.cli", "compile", "--checkpoint", str(model),
-         "--output-dir", str(root)],
-        capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+
+    def build(target: Path) -> None:
+        model, _ = derive_checkpoint(tmp_path_factory.mktemp("derived-checkpoint"))
+        result = subprocess.run(
+            [sys.executable, "-m", "ttsvc.cli", "compile", "--checkpoint", str(model),
+             "--output-dir", str(target)],
+            capture_output=True, text=True, timeout=900, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+
+    shutil.copytree(shared_build(tmp_path_factory, "second", build) / SECOND_VOICE,
+                    root / SECOND_VOICE)  # fmt: skip
     return root
 
 
@@ -88,7 +121,12 @@ def context_version(tmp_path_factory: pytest.TempPathFactory) -> EngineVersion:
         assert version is not None
         return version
     model, config = default_checkpoint()
-    return compile_voice(CompileOptions(model, config, root, DEFAULT_VOICE, streaming="context"))
+    shared = shared_build(tmp_path_factory, "context", lambda d: compile_voice(
+        CompileOptions(model, config, d, DEFAULT_VOICE, streaming="context")))  # fmt: skip
+    shutil.copytree(shared / DEFAULT_VOICE, root / DEFAULT_VOICE)
+    version = EngineRepository(root).latest(DEFAULT_VOICE)
+    assert version is not None
+    return version
 
 
 @pytest.fixture(scope="session")
@@ -133,7 +171,12 @@ def multi_speaker_version(
     shared one holds the default voice alone, as the gateway tests expect)."""
     model, config = multi_speaker_checkpoint
     root = tmp_path_factory.mktemp("multi-speaker-engines")
-    return compile_voice(CompileOptions(model, config, root, "en_US-trio-medium"))
+    shared = shared_build(tmp_path_factory, "trio", lambda d: compile_voice(
+        CompileOptions(model, config, d, "en_US-trio-medium")))  # fmt: skip
+    shutil.copytree(shared / "en_US-trio-medium", root / "en_US-trio-medium")
+    version = EngineRepository(root).latest("en_US-trio-medium")
+    assert version is not None
+    return version
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 Policy only: the held "engines" are plain strings and sizes are given, so every eviction here is
 exact. The loads themselves (real engines, real worker processes) are exercised end to end in
-tests/gateway/test_voices.py.
+tests/lifecycle/test_catalog.py.
 """
 
 from __future__ import annotations

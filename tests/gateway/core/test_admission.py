@@ -1,6 +1,6 @@
 """Admission in process: which refusal a request gets, in which order, and what a key is charged.
 
-Every API's synthesis passes ``admit``; the end-to-end tests (tests/gateway/test_ratelimit.py,
+Every API's synthesis passes ``admit``; the end-to-end tests (tests/gateway/core/test_quotas.py,
 test_server.py ...) prove the HTTP answers through a real server, which takes seconds per case.
 Here each refusal is set up together with the ones checked after it, so a test fails if the
 order changes, and a key's quota is read back from the limiter itself.

@@ -23,7 +23,7 @@ from ttsvc.repository.layout import EngineVersion
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "page.png"
+SCREENSHOT = Path(__file__).resolve().parents[3] / "docs" / "page.png"
 BROWSER_WAIT_S = 120  # bounded: the DOM is polled, the wait ends as soon as the page is there
 ASSETS = {
     "/": "text/html",
