@@ -159,6 +159,14 @@ def test_illegal_rates_are_refused(name: str, rate: int) -> None:
         Encoder(FORMATS[name], rate, streamed=True)
 
 
+def test_opus_names_only_the_rates_it_is_offered_at() -> None:
+    """Opus defines 12 kHz, but no client may ask for it (it is no output rate here): the error
+    lists what a request can use."""
+    why = FORMATS["opus"].rate_error(22050)
+    assert why is not None and why.endswith("opus accepts 8000, 16000, 24000, 48000")
+    assert "12000" not in why  # it was named as if a request could ask for it
+
+
 def test_closing_midway_releases_the_codec() -> None:
     encoder = Encoder(FORMATS["mp3"], 24000, streamed=True)
     assert encoder.encode(speechlike(24000, 0.3).tobytes())

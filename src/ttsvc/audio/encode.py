@@ -93,7 +93,7 @@ class OutputFormat:
 
 _RATE_RULES = {
     "mulaw": "µ-law is 8 kHz telephony audio",
-    "opus": "Opus encodes only at 8000, 12000, 16000, 24000 or 48000 Hz",
+    "opus": "Opus has no mode at this rate (it defines 8, 12, 16, 24 and 48 kHz)",
 }
 _LIBRARY_RATES = tuple(SUPPORTED_RATES)
 _OPUS_LIBRARY_RATES = tuple(r for r in _LIBRARY_RATES if r in OPUS_RATES)

@@ -160,6 +160,28 @@ def test_a_worker_error_before_the_first_audio_is_answered_with_its_status(core:
     assert core.state.inflight == 0 and core.state.idle.is_set()
 
 
+@pytest.mark.parametrize(("silence", "code"), [(False, "422"), (True, "200")])
+def test_nothing_to_say_is_a_200_only_where_the_caller_takes_silence(
+    core: Core, silence: bool, code: str
+) -> None:
+    """The worker found nothing to say: an agent's route (``empty_is_silence``) answers with no
+    audio, so its record says 200; any other keeps the 422."""
+    core.ready()
+    caller = Caller(empty_is_silence=silence)
+
+    async def scenario() -> WorkerReportedError:
+        started = asyncio.ensure_future(start_exchange(core.state, order(), caller))
+        job = await core.dispatched()
+        core.say(StreamError(job.uid, 422, "empty_text", "nothing to speak", "text"))
+        with pytest.raises(WorkerReportedError) as failed:
+            await started
+        return failed.value
+
+    error = core.run(scenario())
+    assert (error.status, error.type) == (422, "empty_text")  # the transport decides the answer
+    assert (core.records(), core.records(code, "empty_text")) == (1, 1)
+
+
 def test_a_stream_that_ends_without_audio_is_a_500(core: Core) -> None:
     core.ready()
 

@@ -138,7 +138,6 @@ def test_models_are_listed(client: openai.OpenAI) -> None:
         ({"speed": 0.2}, openai.UnprocessableEntityError, "speed", "invalid_parameter"),
         ({"stream_format": "chunks"}, openai.UnprocessableEntityError, "stream_format",
          "invalid_parameter"),
-        ({"input": "   "}, openai.UnprocessableEntityError, "input", "empty_text"),
         ({"response_format": "flac", "extra_body": {"stream": True}},
          openai.UnprocessableEntityError, "stream", "invalid_parameter"),
     ],
@@ -156,6 +155,35 @@ def test_errors_reach_the_sdk_in_openai_shape(
     body = raised.value.body
     assert isinstance(body, dict)
     assert body["type"] == err_type and body["param"] == param and body["message"]
+
+
+@pytest.mark.parametrize("text", ["   ", "...", "\U0001f642"])
+@pytest.mark.parametrize("fmt", ["pcm", "wav", "mp3"])
+def test_nothing_to_say_is_no_audio_and_a_200(
+    client: openai.OpenAI, keyed: tuple[Server, str], text: str, fmt: str
+) -> None:
+    """An agent's reply with nothing speakable (blank, "...", an emoji) is no audio, not an
+    error: Pipecat logs a 422 as a failed turn and LiveKit closes a session after three. The
+    blank text is refused by the gateway, the others by the worker: both answer alike."""
+    server, _ = keyed
+    before = server.completions()
+    audio = client.audio.speech.create(model="tts-1", voice="alloy", input=text,
+                                       response_format=fmt)  # type: ignore[arg-type]  # fmt: skip
+    data = audio.read()
+    if fmt == "wav":
+        assert sf.info(io.BytesIO(data)).samplerate == 24000
+        data = sf.read(io.BytesIO(data), dtype="int16")[0].tobytes()
+    assert len(data) < 1000  # no speech: at most an MP3 encoder's empty frames
+    (line,) = server.completions()[len(before):]
+    assert (line["code"], line["status"], line["audio_s"]) == (200, "empty_text", 0.0)
+    assert line["uid"] == audio.response.headers["x-request-id"]
+
+
+def test_nothing_to_say_keeps_its_422_on_synthesize(keyed: tuple[Server, str]) -> None:
+    """``/synthesize`` is not an agent's route: a client asking it to say nothing is told so."""
+    for text in ("   ", "..."):
+        r = keyed[0].synth(text)
+        assert r.status_code == 422 and r.json()["type"] == "empty_text"
 
 
 def test_a_wrong_key_is_an_authentication_error(keyed: tuple[Server, str]) -> None:

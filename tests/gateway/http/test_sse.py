@@ -96,6 +96,17 @@ def test_pcm_deltas_are_24khz_audio_and_done_comes_last_with_usage(
     assert set(events[-1]) == {"type", "usage"}
 
 
+@pytest.mark.parametrize("text", ["...", "  "])
+def test_nothing_to_say_is_an_event_stream_that_only_ends(server: Server, text: str) -> None:
+    """An agent's turn with nothing speakable still gets its stream and its ``done``, with no
+    audio in it (not a 422 the agent would count as a failed turn)."""
+    _, events = post_sse(server, response_format="pcm", input=text)
+    assert [e["type"] for e in events] in (["speech.audio.done"],
+                                           ["speech.audio.delta", "speech.audio.done"])
+    assert all(not base64.b64decode(str(e.get("audio", ""))) for e in events)
+    assert events[-1]["usage"]["output_tokens"] == 0  # type: ignore[index]
+
+
 @pytest.mark.parametrize("fmt", ["wav", "mp3", "opus"])
 def test_deltas_join_into_the_file_the_audio_stream_sends(
     server: Server, reference_s: float, fmt: str
@@ -130,7 +141,7 @@ def test_the_plain_audio_stream_is_unchanged(server: Server) -> None:
     ("body", "status", "err_type", "param"),
     [
         ({"voice": "nobody"}, 404, "unknown_voice", "voice"),
-        ({"input": "   "}, 422, "empty_text", "input"),
+        ({"input": "x" * 4097}, 422, "invalid_parameter", "input"),
         ({"stream_format": "chunks"}, 422, "invalid_parameter", "stream_format"),
         ({"response_format": "aac"}, 422, "format_unavailable", "response_format"),
     ],

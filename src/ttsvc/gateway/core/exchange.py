@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from ttsvc.audio.encode import Encoder
 from ttsvc.errors import (
     ClientClosedRequest,
+    NothingToSay,
     QueueTimeout,
     TTSError,
     WorkerStalled,
@@ -104,7 +105,8 @@ class SynthesisExchange:
             raise QueueTimeout(f"no audio within the {timeout:g} s queue deadline")
         msg = audio.result()
         if isinstance(msg, StreamError):
-            self.finish(msg.type, cancel=True, code=msg.status)
+            silent = msg.type == NothingToSay.type and self.caller.empty_is_silence
+            self.finish(msg.type, cancel=True, code=200 if silent else msg.status)
             raise WorkerReportedError(msg)
         if isinstance(msg, StreamDone):
             empty = TTSError("the stream ended without audio")

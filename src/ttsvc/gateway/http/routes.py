@@ -182,8 +182,9 @@ def _add_speech(
 
     @app.post("/v1/audio/speech", dependencies=guarded)
     async def speech(body: SpeechRequest, request: Request) -> Response:
-        http_caller(request).labels.update(format=body.response_format,
-                                           stream_format=body.stream_format)
+        caller = http_caller(request)
+        caller.labels.update(format=body.response_format, stream_format=body.stream_format)
+        caller.empty_is_silence = True  # an agent's route: nothing to say is no audio, not a 422
         if body.model not in OPENAI_MODELS:
             raise UnknownModel(f"unknown model {body.model!r}: GET /v1/models lists them",
                                field="model")  # fmt: skip

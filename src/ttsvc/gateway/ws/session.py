@@ -121,7 +121,6 @@ class StreamSession:
         """Where ``unplaced`` starts in the session's text."""
         self.offset = 0
         """Samples sent so far."""
-        self.spoken_s = 0.0
         self.ended = False
         self.items: asyncio.Queue[_Sentence | _Mark] = asyncio.Queue()
         self.backlog = 0
@@ -322,6 +321,11 @@ class StreamSession:
         except WebSocketDisconnect:
             self.gone.set()
 
+    @property
+    def spoken_s(self) -> float:
+        """Audio sent so far, the pauses between sentences included: what the client plays."""
+        return self.offset / self.rate
+
     async def _speak(self, item: _Started | _Refused) -> TTSError | None:
         """Send one sentence's audio; returns why it failed, if it did."""
         if isinstance(item, _Refused):
@@ -338,7 +342,6 @@ class StreamSession:
         finally:
             exchange.finish("cancelled", cancel=True)  # no-op after a normal end
             exchange.release_encoder()
-            self.spoken_s += exchange.audio_s
             self.live.discard(exchange)
             if not self.live:
                 self.settled.set()
