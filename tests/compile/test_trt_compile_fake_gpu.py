@@ -101,7 +101,7 @@ def _compile(root: Path, **kw: Any) -> Any:
                                         backend="trt", min_snr_db=40.0, **kw))  # fmt: skip
 
 
-def test_trt_version_published_with_manifest_and_loaded_by_workers_code(
+def test_trt_version_published_loaded_by_workers_code_and_built_again_from_its_cache(
     fake_gpu: FakeGpuPlanBuilder, tmp_path: Path, synth: Synthesizer
 ) -> None:
     published = _compile(tmp_path)
@@ -144,11 +144,8 @@ def test_trt_version_published_with_manifest_and_loaded_by_workers_code(
         assert got.shape == expected.shape
         assert int(np.max(np.abs(got.astype(np.int32) - expected))) <= ROUNDING_LSB
 
-
-def test_second_build_starts_from_the_timing_cache(
-    fake_gpu: FakeGpuPlanBuilder, tmp_path: Path
-) -> None:
-    _compile(tmp_path)
+    # a second build of the voice starts from the timing cache the first one left (one test:
+    # each build is a whole compile, the suite's slowest step)
     second = _compile(tmp_path)
     assert second.version == 2
     assert fake_gpu.built["acoustic"][2] == b"acousticflowvocoder"
