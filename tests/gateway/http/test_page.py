@@ -29,6 +29,7 @@ ASSETS = {
     "/": "text/html",
     "/static/page.js": "javascript",
     "/static/page.css": "text/css",
+    "/static/favicon.svg": "image/svg+xml",
 }
 
 
@@ -53,8 +54,9 @@ def test_page_and_its_assets_are_public_and_same_origin(server: Server) -> None:
             r = anonymous.get(path)  # ... and the page is public all the same
             assert r.status_code == 200, path
             assert kind in r.headers["content-type"], (path, r.headers["content-type"])
-            # nothing from another host: no CDN, no absolute URL at all
-            assert not re.search(r"https?://", r.text), path
+            # nothing from another host: no CDN, no absolute URL at all (an SVG's XML namespace
+            # is a name, never fetched)
+            assert not re.search(r"https?://", re.sub(r'xmlns="[^"]*"', "", r.text)), path
         page = anonymous.get("/")
         for path in ASSETS:
             if path != "/":  # referenced relatively, so they resolve to this very service
@@ -101,15 +103,19 @@ def test_the_page_streams_speech_and_shows_api_errors(server: Server, browser: W
     assert [o.get_attribute("value") for o in voice.options] == names
     assert voice.options[0].text == "en_US-joe-medium (English)"  # the language /voices gives
 
-    # a bad choice: µ-law at 22050 Hz; the page shows the API's own error, not a generic one
+    # the page offers only what a browser plays (no µ-law)
+    offered = Select(browser.find_element(By.ID, "format")).options
+    assert [o.get_attribute("value") for o in offered] == ["pcm", "wav", "mp3", "opus", "flac"]
+
+    # a bad choice: Opus at 22050 Hz; the page shows the API's own error, not a generic one
     text = browser.find_element(By.ID, "text")
     text.clear()
     text.send_keys("Streaming speech, straight from the service.")
-    Select(browser.find_element(By.ID, "format")).select_by_value("mulaw")
+    Select(browser.find_element(By.ID, "format")).select_by_value("opus")
     Select(browser.find_element(By.ID, "rate")).select_by_value("22050")
     browser.find_element(By.ID, "speak").click()
     wait.until(lambda _: result.get_attribute("data-state") == "error")
-    refused = server.synth("Hi.", format="mulaw", sample_rate=22050)
+    refused = server.synth("Hi.", format="opus", sample_rate=22050)
     assert refused.status_code == 422
     shown = browser.find_element(By.ID, "error").text
     assert refused.json()["error"] in shown and refused.json()["type"] in shown
@@ -130,6 +136,10 @@ def test_the_page_streams_speech_and_shows_api_errors(server: Server, browser: W
     assert int(result.get_attribute("data-bytes") or 0) == 2 * samples
     # and the audio clock went through all of it (Chromium's headless audio output runs in time)
     wait.until(lambda _: result.get_attribute("data-played") == str(samples))
+    # what was heard can be kept: a WAV of exactly the samples received
+    download = browser.find_element(By.ID, "download")
+    assert download.is_displayed() and download.get_attribute("download") == "speech.wav"
+    assert (download.get_attribute("href") or "").startswith("blob:")
     SCREENSHOT.parent.mkdir(exist_ok=True)
     assert browser.save_screenshot(str(SCREENSHOT))
 
@@ -140,3 +150,7 @@ def test_the_page_streams_speech_and_shows_api_errors(server: Server, browser: W
     assert int(result.get_attribute("data-bytes") or 0) > 0
     player = browser.find_element(By.ID, "player")
     assert player.is_displayed() and (player.get_attribute("src") or "").startswith("blob:")
+    # a whole file's time to first audio is its first sound, not its first bytes
+    wait.until(lambda _: browser.find_element(By.ID, "ttfa-how").text == "(first sound)")
+    assert int(result.get_attribute("data-ttfa-ms") or -1) >= 0
+    assert browser.find_element(By.ID, "download").get_attribute("download") == "speech.mp3"

@@ -63,24 +63,48 @@ function progress(bytes, samples) {
     : `${bytes} bytes`;
 }
 
-function firstAudio(started) {
+function firstAudio(started, how) {
   const ms = performance.now() - started;
+  $("ttfa-how").textContent = how;
   result.dataset.ttfaMs = ms.toFixed(0);
   $("ttfa").textContent = `${ms.toFixed(0)} ms`;
 }
 
-// The response's non-empty chunks as they arrive; the first one marks the time to first audio.
-async function* arriving(response, started) {
+// The response's non-empty chunks as they arrive; ``onFirst`` is told of the first one.
+async function* arriving(response, onFirst) {
   const reader = response.body.getReader();
   let first = true;
   for (;;) {
     const { done, value } = await reader.read();
     if (done) return;
     if (!value.length) continue;
-    if (first) firstAudio(started);
+    if (first && onFirst) onFirst();
     first = false;
     yield value;
   }
+}
+
+// The audio as a file to keep: a blob URL behind the download link.
+function offerDownload(blob, name) {
+  if (objectUrl) URL.revokeObjectURL(objectUrl);
+  objectUrl = URL.createObjectURL(blob);
+  const link = $("download");
+  link.href = objectUrl;
+  link.download = name;
+  link.hidden = false;
+  return objectUrl;
+}
+
+// 16-bit mono PCM chunks as a WAV file (44-byte header, then the samples).
+function wavOf(parts, bytes, rate) {
+  const header = new DataView(new ArrayBuffer(44));
+  const text = (at, s) => [...s].forEach((c, i) => header.setUint8(at + i, c.charCodeAt(0)));
+  text(0, "RIFF"); header.setUint32(4, 36 + bytes, true); text(8, "WAVE");
+  text(12, "fmt "); header.setUint32(16, 16, true); header.setUint16(20, 1, true);
+  header.setUint16(22, 1, true); header.setUint32(24, rate, true);
+  header.setUint32(28, 2 * rate, true); header.setUint16(32, 2, true);
+  header.setUint16(34, 16, true); text(36, "data"); header.setUint32(40, bytes, true);
+  return new Blob([header, ...parts], { type: "audio/wav" });
 }
 
 // format=pcm: 16-bit little-endian mono, played chunk by chunk as it arrives.
@@ -92,9 +116,12 @@ async function playPcm(response, started) {
   let bytes = 0;
   let samples = 0;
   let played = 0;
+  const parts = [];
   result.dataset.played = "0";
-  for await (const value of arriving(response, started)) {
+  // the first chunk is heard as soon as it is scheduled (50 ms ahead of the audio clock)
+  for await (const value of arriving(response, () => firstAudio(started, "(first audio bytes)"))) {
     bytes += value.length;
+    parts.push(value);
     let data = value;
     if (carry !== null) {
       data = new Uint8Array(value.length + 1);
@@ -126,22 +153,24 @@ async function playPcm(response, started) {
     samples += count;
     progress(bytes, samples);
   }
+  offerDownload(wavOf(parts, 2 * samples, rate), "speech.wav");
 }
 
 // Other formats: the browser's decoder needs the whole file, so collect it, then play it.
-async function playWhole(response, started) {
+// Its time to first audio is when the player starts to sound, not when the first bytes came:
+// nothing can be heard before the whole file is here.
+async function playWhole(response, started, format) {
   const parts = [];
   let bytes = 0;
-  for await (const value of arriving(response, started)) {
+  for await (const value of arriving(response, null)) {
     bytes += value.length;
     parts.push(value);
     progress(bytes, 0);
   }
   const type = (response.headers.get("content-type") || "").split(";")[0];
-  if (objectUrl) URL.revokeObjectURL(objectUrl);
-  objectUrl = URL.createObjectURL(new Blob(parts, { type }));
   const player = $("player");
-  player.src = objectUrl;
+  player.addEventListener("playing", () => firstAudio(started, "(first sound)"), { once: true });
+  player.src = offerDownload(new Blob(parts, { type }), `speech.${format === "opus" ? "ogg" : format}`);
   player.hidden = false;
   player.play().catch(() => {}); // autoplay may be refused: the controls are there
 }
@@ -154,6 +183,8 @@ async function speak(event) {
   $("ttfa").textContent = "-";
   $("received").textContent = "-";
   $("player").hidden = true;
+  $("download").hidden = true;
+  $("ttfa-how").textContent = "";
   delete result.dataset.ttfaMs;
   result.dataset.state = "waiting";
   progress(0, 0);
@@ -182,7 +213,7 @@ async function speak(event) {
       return;
     }
     result.dataset.state = "streaming";
-    await (format === "pcm" ? playPcm(response, started) : playWhole(response, started));
+    await (format === "pcm" ? playPcm(response, started) : playWhole(response, started, format));
     result.dataset.state = "done";
   } catch (err) {
     showError(`request failed: ${err}`);
