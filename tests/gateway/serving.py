@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -10,7 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -172,6 +173,19 @@ def write_keys(path: Path, quotas: dict[str, dict[str, float]]) -> dict[str, str
                       None if streams is None else int(streams))  # fmt: skip
         append_key(path, key_line(name, keys[name], quota))
     return keys
+
+
+@contextlib.contextmanager
+def keyed_server(engines_root: Path, key_file: Path, key: str, *args: str) -> Iterator[Server]:
+    """A one-worker ``ttsvc serve`` with API keys on (``key_file``) whose client sends ``key``
+    (``args``: more flags), ready when entered and stopped on exit."""
+    srv = Server(engines_root, "--workers", "1", "--api-keys-file", str(key_file), *args,
+                 headers=bearer(key))  # fmt: skip
+    try:
+        srv.wait_ready(1)
+        yield srv
+    finally:
+        srv.stop()
 
 
 def bearer(key: str) -> dict[str, str]:

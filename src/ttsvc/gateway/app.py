@@ -38,6 +38,7 @@ from ttsvc.gateway.http.errors import crashed, http_error, invalid, tts_error
 from ttsvc.gateway.http.limits import BodyLimit, StreamAbort, body_cap
 from ttsvc.gateway.http.openai import OPENAI_VOICES
 from ttsvc.gateway.http.routes import add_routes
+from ttsvc.gateway.ws.elevenlabs import install as install_elevenlabs
 from ttsvc.gateway.ws.route import install as install_stream
 from ttsvc.lifecycle.catalog import VoiceCatalog
 from ttsvc.lifecycle.swapper import EngineSwapper
@@ -180,6 +181,7 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
 
     add_routes(app, state)
     install_stream(app, state)  # the WebSocket: a transport of its own beside HTTP's routes
+    install_elevenlabs(app, state)  # ElevenLabs' streaming-input WebSockets, for agent frameworks
     return app
 
 

@@ -22,7 +22,7 @@ from threading import Event
 import httpx
 import pytest
 
-from tests.gateway.serving import HEALTH_POLLS, Server, bearer, write_keys
+from tests.gateway.serving import HEALTH_POLLS, Server, bearer, keyed_server, write_keys
 from ttsvc.config import Settings
 from ttsvc.errors import Unauthorized
 from ttsvc.gateway.core.keys import KeyFileError, KeyStore, hash_key, parse_keys
@@ -55,11 +55,9 @@ def keys(key_file: Path) -> dict[str, str]:
 def server(
     default_version: EngineVersion, engines_root: Path, key_file: Path, keys: dict[str, str]
 ) -> Iterator[Server]:
-    srv = Server(engines_root, "--workers", "1", "--api-keys-file", str(key_file),
-                 "--cors-origin", ORIGIN, "--api-docs", headers=bearer(keys["alice"]))  # fmt: skip
-    srv.wait_ready(1)
-    yield srv
-    srv.stop()
+    with keyed_server(engines_root, key_file, keys["alice"], "--cors-origin", ORIGIN,
+                      "--api-docs") as srv:  # fmt: skip
+        yield srv
 
 
 def post(server: Server, key: str | None, path: str = "/synthesize",

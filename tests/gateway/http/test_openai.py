@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 from tests.audio.decoding import decode, decode_both, rms
-from tests.gateway.serving import Server, bearer, write_keys
+from tests.gateway.serving import Server, keyed_server, write_keys
 from ttsvc.repository.layout import EngineVersion
 
 TEXT = "Hello from the other side of an OpenAI client."
@@ -27,11 +27,8 @@ def keyed(
 ) -> Iterator[tuple[Server, str]]:
     key_file = tmp_path_factory.mktemp("openai-keys") / "keys"
     key = write_keys(key_file, {"sdk-tests": {}})["sdk-tests"]
-    srv = Server(engines_root, "--workers", "1", "--api-keys-file", str(key_file),
-                 headers=bearer(key))  # fmt: skip
-    srv.wait_ready(1)
-    yield srv, key
-    srv.stop()
+    with keyed_server(engines_root, key_file, key) as srv:
+        yield srv, key
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.gateway.serving import Server, bearer, write_keys
+from tests.gateway.serving import Server, keyed_server, write_keys
 from ttsvc.repository.layout import EngineVersion
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -39,11 +39,8 @@ def server(
 ) -> Iterator[Server]:
     key_file = tmp_path_factory.mktemp("page-keys") / "keys"
     key = write_keys(key_file, {"page": {}})["page"]
-    srv = Server(engines_root, "--workers", "1", "--api-keys-file", str(key_file),
-                 headers=bearer(key))  # fmt: skip
-    srv.wait_ready(1)
-    yield srv
-    srv.stop()
+    with keyed_server(engines_root, key_file, key) as srv:
+        yield srv
 
 
 def test_page_and_its_assets_are_public_and_same_origin(server: Server) -> None:

@@ -19,7 +19,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.gateway.serving import Server, bearer, metric, wait_until, write_keys
+from tests.gateway.serving import Server, bearer, keyed_server, metric, wait_until, write_keys
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.text.segment import split_sentences
 
@@ -45,11 +45,8 @@ def server(
     default_version: EngineVersion, engines_root: Path, keys: tuple[Path, dict[str, str]]
 ) -> Iterator[Server]:
     path, names = keys
-    srv = Server(engines_root, "--workers", "1", "--api-keys-file", str(path),
-                 headers=bearer(names["alice"]))  # fmt: skip
-    srv.wait_ready(1)
-    yield srv
-    srv.stop()
+    with keyed_server(engines_root, path, names["alice"]) as srv:
+        yield srv
 
 
 def url(srv: Server) -> str:

@@ -54,12 +54,19 @@ def add_routes(app: FastAPI, state: GatewayState) -> None:
         if state.keys is not None:
             http_caller(request).key = state.keys.authenticate(request.headers.get("authorization"))
 
+    async def authenticate_xi(request: Request) -> None:
+        """ElevenLabs' clients send the key as ``xi-api-key`` (``GET /v1/voices``)."""
+        if state.keys is not None:
+            xi_key = request.headers.get("xi-api-key")
+            header = f"Bearer {xi_key}" if xi_key else request.headers.get("authorization")
+            http_caller(request).key = state.keys.authenticate(header)
+
     guarded = [Depends(authenticate)]
 
     if state.settings.api_docs:
         _add_docs(app, guarded)
     _add_public(app, state)
-    _add_voices(app, state, guarded)
+    _add_voices(app, state, guarded, [Depends(authenticate_xi)])
     _add_speech(app, state, guarded)
 
 
@@ -112,9 +119,9 @@ def _add_public(app: FastAPI, state: GatewayState) -> None:
         )
 
 
-def _add_voices(app: FastAPI, state: GatewayState, guarded: list[params.Depends]) -> None:
-    """``GET /voices``; returns the speaker lookup the synthesis routes check requests with (it
-    reads the same voice configs)."""
+def _add_voices(app: FastAPI, state: GatewayState, guarded: list[params.Depends],
+                xi_guarded: list[params.Depends]) -> None:  # fmt: skip
+    """``GET /voices``, and ``GET /v1/voices`` (ElevenLabs' shape, its key header taken too)."""
     async def details(spec: EngineSpec | None) -> dict[str, object]:
         return {} if spec is None else describe(await state.voice_config(spec))
 
@@ -159,6 +166,26 @@ def _add_voices(app: FastAPI, state: GatewayState, guarded: list[params.Depends]
                 continue  # no version at all yet (a compile in progress, lost+found)
             entries.append(voice_entry(name, swapper, await details(swapper.current),
                                        sorted(aliases.get(name, []))))  # fmt: skip
+        return {"voices": entries}
+
+    @app.get("/v1/voices", dependencies=xi_guarded)
+    async def elevenlabs_voices() -> dict[str, object]:
+        """The served voices in ElevenLabs' shape, for clients of its streaming WebSockets
+        (``ws.elevenlabs``) that list voices: a voice's ``voice_id`` is its name."""
+        catalog = state.catalog
+        if catalog is None:
+            return {"voices": []}
+        served = [n for n, s in catalog.swappers.items() if s.current is not None]
+        entries = []
+        for name in sorted(served, key=lambda n: (n != state.voice, n)):
+            info = await details(catalog.swappers[name].current)
+            language = info.get("language")
+            found = {"language": language.get("code") if isinstance(language, dict) else None,
+                     "quality": info.get("quality")}  # fmt: skip
+            labels = {k: v for k, v in found.items() if isinstance(v, str)}
+            entries.append({"voice_id": name, "name": name, "category": "premade",
+                            "labels": labels, "description": None, "preview_url": None,
+                            "settings": None})  # fmt: skip
         return {"voices": entries}
 
 

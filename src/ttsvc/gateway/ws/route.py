@@ -14,23 +14,19 @@ an error and close 1012 (service restart), after the audio of sentences already 
 
 Keys: ``Authorization: Bearer`` where the client can set headers; a browser offers the
 subprotocols ``ttsvc`` and ``bearer.<key>`` instead (never a query string: it would land in
-access logs). The server answers ``ttsvc``. CORS does not cover WebSockets, so a browser page
-of another origin is refused unless ``--cors-origin`` allows it, as it is kept from the HTTP API.
+access logs). The server answers ``ttsvc``. The drain, the origin and the key are checked, and
+a refusal answered, as on every WebSocket route (``handshake``).
 """
 
 from __future__ import annotations
 
 import time
-from urllib.parse import urlsplit
 
 from fastapi import FastAPI, WebSocket
-from fastapi.responses import JSONResponse
 
 from ttsvc.errors import Draining, OriginNotAllowed, Unauthorized
-from ttsvc.gateway.core.caller import Caller
-from ttsvc.gateway.core.keys import ApiKey
-from ttsvc.gateway.core.records import record_refusal
 from ttsvc.gateway.core.state import GatewayState
+from ttsvc.gateway.ws.handshake import check_upgrade, refuse
 from ttsvc.gateway.ws.session import StreamSession
 from ttsvc.observability.logs import get_logger
 
@@ -42,41 +38,18 @@ BEARER = "bearer."
 """Prefix of the subprotocol that carries a key (``bearer.<key>``)."""
 
 
-def _origin_allowed(origin: str, host: str | None, allowed: list[str]) -> bool:
-    """Whether a browser page of ``origin`` may open a session: one served by this host (the
-    try-it page), or one that CORS lets read the HTTP API. A client that is not a browser sends
-    no ``Origin`` and is not asked."""
-    if "*" in allowed or origin in allowed:
-        return True
-    return host is not None and urlsplit(origin).netloc.lower() == host.lower()
-
-
 def install(app: FastAPI, state: GatewayState) -> None:
     """Add the route to ``app``."""
 
     async def stream(ws: WebSocket) -> None:
         started = time.perf_counter()
         offered = list(ws.scope.get("subprotocols", ()))
-        key: ApiKey | None = None
+        token = next((p[len(BEARER):] for p in offered if p.startswith(BEARER)), None)
+        header = ws.headers.get("authorization")
         try:
-            if state.draining:
-                raise Draining("the server is shutting down")
-            origin = ws.headers.get("origin")
-            if origin is not None and not _origin_allowed(origin, ws.headers.get("host"),
-                                                          state.settings.cors_origins):
-                raise OriginNotAllowed(f"origin {origin[:200]!r} may not open this WebSocket: "
-                                       "--cors-origin names the origins that may")  # fmt: skip
-            if state.keys is not None:
-                token = next((p[len(BEARER):] for p in offered if p.startswith(BEARER)), None)
-                header = ws.headers.get("authorization")
-                key = state.keys.authenticate(header or (f"Bearer {token}" if token else None))
+            key = check_upgrade(state, ws, header or (f"Bearer {token}" if token else None))
         except (Draining, OriginNotAllowed, Unauthorized) as exc:
-            record_refusal(state, Caller(started=started), exc.to_body(), exc.status)
-            reply = JSONResponse(exc.to_body(), status_code=exc.status, headers=exc.headers())
-            try:
-                await ws.send_denial_response(reply)
-            except RuntimeError:  # a server without the denial extension
-                await ws.close(1008)
+            await refuse(state, ws, exc, started)
             return
         await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
         session = StreamSession(state, ws, key)

@@ -1,0 +1,406 @@
+"""ElevenLabs' streaming-input WebSockets against a real ``ttsvc serve`` with keys on.
+
+Pipecat's ``ElevenLabsTTSService`` and LiveKit's ``elevenlabs.TTS``, unchanged but for their base
+URL, are fed an LLM's text token by token and must get audio and word times that fall where the
+words are in that audio (the two read alignment times differently). A raw ``websockets`` client
+checks the protocol itself: overlapping contexts, their alignment and ``isFinal``, an
+interruption that stops the worker, the single-context ``stream-input``, and the refusals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+from tests.audio.decoding import rms
+from tests.gateway.serving import Server, bearer, keyed_server, metric, wait_until, write_keys
+from tests.gateway.test_agent_clients import SLACK, needs
+from ttsvc.repository.layout import EngineVersion
+
+VOICE = "en_US-joe-medium"
+TEXT = "Hello from a voice agent. The framework plays what ttsvc streams back."
+RATE = 24000
+PAUSE_S = 0.2
+"""The pause between two sentences of a context."""
+LONG = ("This long sentence keeps the worker busy for many seconds of speech, so that a "
+        "client who interrupts it early finds it far from done, with a great deal left to make.")
+RECV_S = 120
+Message = dict[str, Any]
+Pcm = npt.NDArray[np.int16]
+pytestmark = [  # Pipecat's own modules use what it (and Python) deprecated: not ours to fix
+    pytest.mark.filterwarnings("ignore:`AudioContextTTSService` is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:'audioop' is deprecated:DeprecationWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    path = tmp_path_factory.mktemp("elevenlabs-keys") / "keys"
+    return path, write_keys(path, {"alice": {}, "interrupter": {}})
+
+
+@pytest.fixture(scope="module")
+def server(
+    default_version: EngineVersion, engines_root: Path, keys: tuple[Path, dict[str, str]]
+) -> Iterator[Server]:
+    path, names = keys
+    with keyed_server(engines_root, path, names["alice"]) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def key(keys: tuple[Path, dict[str, str]]) -> str:
+    return keys[1]["alice"]
+
+
+@pytest.fixture(scope="module")
+def reference_s(server: Server) -> float:
+    """TEXT's duration from /synthesize (its two sentences and the pause between them)."""
+    r = server.synth(TEXT, stream=False, format="pcm", sample_rate=RATE)
+    assert r.status_code == 200, r.text
+    return len(r.content) / 2 / RATE
+
+
+def ws_url(srv: Server, route: str = "multi-stream-input", voice: str = VOICE,
+           **query: str) -> str:  # fmt: skip
+    params = "&".join(f"{k}={v}" for k, v in {"model_id": "eleven_flash_v2_5", **query}.items())
+    return f"{srv.url.replace('http://', 'ws://')}/v1/text-to-speech/{voice}/{route}?{params}"
+
+
+def open_ws(srv: Server, key: str, route: str = "multi-stream-input", voice: str = VOICE,
+            **query: str) -> ClientConnection:  # fmt: skip
+    return connect(ws_url(srv, route, voice, **query), additional_headers={"xi-api-key": key},
+                   open_timeout=30)  # fmt: skip
+
+
+def send(ws: ClientConnection, **fields: object) -> None:
+    ws.send(json.dumps(fields))
+
+
+def tokens(text: str) -> list[str]:
+    """``text`` as an LLM sends it: word and space."""
+    return re.findall(r"\S+\s*", text)
+
+
+def read_contexts(ws: ClientConnection, contexts: set[str]) -> dict[str, list[Message]]:
+    """Each context's messages up to its ``isFinal``; nothing may come for a context after it
+    (or for a context not asked about)."""
+    out: dict[str, list[Message]] = {c: [] for c in contexts}
+    done: set[str] = set()
+    while done != contexts:
+        message = json.loads(ws.recv(timeout=RECV_S))
+        cid = message.get("contextId")
+        assert cid in contexts and cid not in done, message
+        out[cid].append(message)
+        if message.get("isFinal"):
+            done.add(cid)
+    return out
+
+
+def read_to_close(ws: ClientConnection) -> list[Message]:
+    out: list[Message] = []
+    while True:
+        try:
+            out.append(json.loads(ws.recv(timeout=RECV_S)))
+        except ConnectionClosed:
+            return out
+
+
+def audio_of(messages: list[Message]) -> bytes:
+    return b"".join(base64.b64decode(m["audio"]) for m in messages if m.get("audio"))
+
+
+def aligned_text(messages: list[Message], per_context: bool, rate: int = RATE,
+                 width: int = 2) -> str:  # fmt: skip
+    """The characters a context's audio messages carry, joined, after checking their times as
+    the client reads them (``per_context``: ms from the context's first audio, LiveKit's
+    reading; else from the end of the previous message's characters, Pipecat's): times never
+    go back, each word starts within the audio of the message that carries it, and no character
+    ends after the audio does."""
+    chars: list[str] = []
+    clock = audio_ms = edge = 0.0
+    for m in messages:
+        before = audio_ms
+        audio_ms += len(base64.b64decode(m["audio"] or "")) / width / rate * 1000
+        alignment = m.get("alignment")
+        if alignment is None:
+            continue
+        assert m["normalizedAlignment"] == alignment
+        base = 0.0 if per_context else clock
+        starts = [base + s for s in alignment["charStartTimesMs"]]
+        durations = alignment["charDurationsMs"]
+        assert len(starts) == len(durations) == len(alignment["chars"]) > 0
+        for char, start, duration in zip(alignment["chars"], starts, durations, strict=True):
+            assert duration >= 0 and start >= edge - 1e-6, (char, start, edge)
+            if char.isalnum() and (not chars or chars[-1] == " "):  # a word's first character
+                assert before - 1 <= start <= audio_ms + 1, (char, start, before, audio_ms)
+            chars.append(char)
+            edge = start + duration
+        clock = edge
+    assert edge <= audio_ms + 1
+    return "".join(chars)
+
+
+def pause_of(pcm: Pcm, rate: int) -> tuple[float, float]:
+    """Start and end (s) of the longest run of exact zeros, at least ``PAUSE_S`` long: the pause
+    ttsvc puts between two sentences of one context (the voice's own quiet is never all
+    zeros)."""
+    zero = np.concatenate([[False], pcm == 0, [False]]).astype(np.int8)
+    edges = np.flatnonzero(np.diff(zero))
+    runs = list(zip(edges[::2], edges[1::2], strict=True))
+    start, end = max(runs, key=lambda r: r[1] - r[0])
+    assert end - start >= round(PAUSE_S * rate) - 1, "no pause between the sentences"
+    return start / rate, end / rate
+
+
+def check_audio(pcm: Pcm, rate: int, reference_s: float) -> None:
+    assert rms(pcm) > 300, "silence"
+    assert abs(len(pcm) / rate - reference_s) <= SLACK * reference_s, (len(pcm) / rate,
+                                                                       reference_s)  # fmt: skip
+
+
+def requests_made(server: Server, fmt: str = "pcm") -> float:
+    return metric(server, "ttsvc_format_requests_total", format=fmt, api="elevenlabs")
+
+
+@needs("pipecat-ai")
+def test_pipecat_elevenlabs_service_speaks_tokens_with_word_times(
+    server: Server, key: str, reference_s: float
+) -> None:
+    """Pipecat's class as a pipeline drives it: an LLM's reply token by token, its sentences sent
+    as they complete (without the space between them), a flush and a close at the reply's end.
+    Each sentence is one request; the words' times (Pipecat adds each message's alignment to a
+    running clock) put the second sentence's first word after the pause between them."""
+    from pipecat.frames.frames import (  # noqa: PLC0415
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TTSAudioRawFrame,
+        TTSTextFrame,
+    )
+    from pipecat.pipeline.worker import PipelineParams  # noqa: PLC0415
+    from pipecat.services.elevenlabs.tts import ElevenLabsTTSService  # noqa: PLC0415
+    from pipecat.tests.utils import run_test  # noqa: PLC0415
+
+    before = requests_made(server)
+    tts = ElevenLabsTTSService(api_key=key, url=server.url.replace("http://", "ws://"),
+                               settings=ElevenLabsTTSService.Settings(voice=VOICE))  # fmt: skip
+    frames = [LLMFullResponseStartFrame(), *(LLMTextFrame(t) for t in tokens(TEXT)),
+              LLMFullResponseEndFrame()]  # fmt: skip
+    down, _ = asyncio.run(run_test(tts, frames_to_send=frames,
+                                   pipeline_params=PipelineParams(audio_out_sample_rate=RATE)))
+    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    assert audio and {f.sample_rate for f in audio} == {RATE}
+    pcm = np.frombuffer(b"".join(f.audio for f in audio), "<i2")
+    check_audio(pcm, RATE, reference_s)
+    assert requests_made(server) == before + 2  # one request per sentence
+    words = [f for f in down if isinstance(f, TTSTextFrame)]
+    assert [w.text for w in words] == TEXT.split()
+    assert all(w.pts is not None for w in words)
+    at = [(w.pts - words[0].pts) / 1e9 for w in words]  # type: ignore[operator]
+    assert at == sorted(at)
+    pause_start, pause_end = pause_of(pcm, RATE)
+    second = TEXT.split().index("The")
+    # the first word starts within half a second of the audio's start, as does "The" after the
+    # pause; a clock that ran ahead or behind would put it elsewhere
+    assert pause_end - 0.5 <= at[second] <= pause_end + 0.5, (at, pause_end)
+    assert at[second - 1] < pause_start and at[-1] < len(pcm) / RATE
+
+
+@needs("livekit-plugins-elevenlabs")
+def test_livekit_elevenlabs_stream_speaks_tokens_with_timed_words(
+    server: Server, key: str, reference_s: float
+) -> None:
+    """LiveKit's plugin as an agent drives it: ``stream()``, the reply pushed token by token,
+    flush, end of input. It reads alignment times from the context's start
+    (``sync_alignment=true``); its timed words must land in the audio it got."""
+    import aiohttp  # noqa: PLC0415
+    from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT  # noqa: PLC0415
+    from livekit.plugins import elevenlabs  # noqa: PLC0415
+
+    async def synthesize() -> tuple[bytes, set[int], list[Any]]:
+        async with aiohttp.ClientSession() as http:
+            tts = elevenlabs.TTS(base_url=f"{server.url}/v1", api_key=key, voice_id=VOICE,
+                                 encoding="pcm_24000", http_session=http)  # fmt: skip
+            try:
+                stream = tts.stream()
+                for token in tokens(TEXT):
+                    stream.push_text(token)
+                stream.flush()
+                stream.end_input()
+                pcm, rates, words = bytearray(), set(), []
+                async for event in stream:
+                    rates.add(event.frame.sample_rate)
+                    pcm += bytes(event.frame.data.cast("B"))
+                    words += event.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])
+                await stream.aclose()
+                return bytes(pcm), rates, words
+            finally:
+                await tts.aclose()
+
+    before = requests_made(server)
+    data, rates, words = asyncio.run(synthesize())
+    assert rates == {RATE}
+    pcm = np.frombuffer(data, "<i2")
+    check_audio(pcm, RATE, reference_s)
+    assert requests_made(server) == before + 2
+    assert "".join(words) == TEXT + " "
+    starts = [w.start_time for w in words]
+    assert starts == sorted(starts) and all(w.start_time <= w.end_time for w in words)
+    pause_start, pause_end = pause_of(pcm, RATE)
+    second = [w.strip() for w in words].index("The")
+    assert pause_end <= starts[second] <= pause_end + 0.5, (starts, pause_end)
+    assert starts[second - 1] < pause_start and words[-1].end_time <= len(pcm) / RATE + 0.001
+
+
+@pytest.mark.parametrize("per_context", [True, False], ids=["sync_alignment", "per_message"])
+def test_overlapping_contexts_get_their_own_audio_alignment_and_final(
+    server: Server, key: str, per_context: bool
+) -> None:
+    """Two contexts written at once, token by token, each ended by a flush and a close: each
+    gets its own audio, characters that spell what it was sent (a space after each sentence)
+    at times that fit its audio as either client reads them, and ``isFinal`` last."""
+    texts = {"a": "The first context speaks here. It has two sentences.",
+             "b": "A second one talks over it, at the same time. Then it ends too."}  # fmt: skip
+    query = {"output_format": f"pcm_{RATE}", **({"sync_alignment": "true"} if per_context
+                                                 else {})}  # fmt: skip
+    with open_ws(server, key, **query) as ws:
+        for cid in texts:  # as both clients open a context: a space and the voice settings
+            send(ws, text=" ", voice_settings={"stability": 0.5, "speed": 1.0}, context_id=cid)
+        for pair in itertools.zip_longest(*(tokens(t) for t in texts.values())):
+            for cid, token in zip(texts, pair, strict=True):
+                if token is not None:
+                    send(ws, text=token, context_id=cid)
+        send(ws, text="")  # Pipecat's keep-alive of the connection: ignored
+        for cid in texts:
+            send(ws, context_id=cid, flush=True)
+            send(ws, context_id=cid, close_context=True)
+        got = read_contexts(ws, set(texts))
+        send(ws, close_socket=True)
+        assert read_to_close(ws) == []
+    assert ws.close_code == 1000
+    for cid, text in texts.items():
+        messages = got[cid]
+        assert messages[-1] == {"isFinal": True, "contextId": cid}
+        assert aligned_text(messages[:-1], per_context) == text + " "
+        assert rms(np.frombuffer(audio_of(messages), "<i2")) > 300
+
+
+def test_close_context_mid_stream_interrupts_and_cancels_the_worker(
+    server: Server, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """A barge-in: ``close_context`` while the context's audio streams (no flush before it). The
+    sentence being synthesized is cancelled in the worker (recorded 499 ``cancelled``), the
+    ones after it are never dispatched, ``isFinal`` comes at once and nothing after it."""
+    srv = server
+    with open_ws(srv, keys[1]["interrupter"], output_format=f"pcm_{RATE}") as ws:
+        send(ws, text=" ", context_id="turn")
+        send(ws, text=" ".join([LONG] * 3) + " And", context_id="turn")
+        first = json.loads(ws.recv(timeout=RECV_S))
+        assert first.get("audio") and first["contextId"] == "turn", first
+        send(ws, context_id="turn", close_context=True)
+        rest = read_contexts(ws, {"turn"})["turn"]
+        assert rest[-1] == {"isFinal": True, "contextId": "turn"}
+        send(ws, close_socket=True)
+        assert read_to_close(ws) == []  # nothing more came for the context
+    srv.wait_idle()
+    lines = [e for e in srv.completions() if e["key"] == "interrupter"]
+    assert [(e["code"], e["status"]) for e in lines] == [(499, "cancelled")], lines
+    # the worker stopped it: once it has ended every stream, the sentence had not run to its end
+    wait_until(srv, lambda: metric(srv, "ttsvc_streams_in_flight", worker="0"),
+               lambda streams: streams == 0, "no stream left on the worker")  # fmt: skip
+    assert not [e for e in srv.events()
+                if e["event"] == "stream_done" and e.get("uid") == lines[0]["uid"]]  # fmt: skip
+
+
+def test_stream_input_speaks_one_implicit_context_then_closes(server: Server, key: str) -> None:
+    """The older ``stream-input``: no context ids, ``{"text": ""}`` ends the input; µ-law at
+    8 kHz (``ulaw_8000``), and a voice named by an alias (OpenAI's ``alloy``)."""
+    before = requests_made(server, "mulaw")
+    text = "One short reply. And a second sentence."
+    with open_ws(server, key, "stream-input", voice="alloy", output_format="ulaw_8000") as ws:
+        send(ws, text=" ", voice_settings={"speed": 1.25})
+        for token in tokens(text):
+            send(ws, text=token)
+        send(ws, text="")
+        messages = read_to_close(ws)
+    assert ws.close_code == 1000
+    assert messages[-1] == {"isFinal": True}
+    assert not [m for m in messages if "contextId" in m or "error" in m]
+    assert aligned_text(messages[:-1], per_context=False, rate=8000, width=1) == text + " "
+    assert len(audio_of(messages)) / 8000 > 1.0
+    assert requests_made(server, "mulaw") == before + 2
+
+
+def test_refusals_unknown_voice_bad_output_format_and_keys(server: Server, key: str) -> None:
+    refused = metric(server, "ttsvc_requests_total", code="401", outcome="unauthorized")
+    for headers in ({}, {"xi-api-key": "nope"}, bearer("nope")):
+        with pytest.raises(InvalidStatus) as wrong:
+            connect(ws_url(server), additional_headers=headers, open_timeout=30)
+        assert wrong.value.response.status_code == 401
+        assert json.loads(wrong.value.response.body or b"")["type"] == "unauthorized"
+    assert metric(server, "ttsvc_requests_total", code="401",
+                  outcome="unauthorized") == refused + 3  # fmt: skip
+    with connect(ws_url(server), additional_headers=bearer(key), open_timeout=30) as ws:
+        send(ws, close_socket=True)  # a key as Authorization: Bearer is taken too
+        assert read_to_close(ws) == []
+    with pytest.raises(InvalidStatus) as unknown:
+        open_ws(server, key, voice="nobody")
+    assert unknown.value.response.status_code == 404
+    body = json.loads(unknown.value.response.body or b"")
+    assert body["type"] == "unknown_voice" and VOICE in body["error"]
+    for bad in ("opus_48000_64", "pcm_32000", "mp3_12000_32", "alaw_8000"):
+        with open_ws(server, key, output_format=bad) as ws:
+            messages = read_to_close(ws)
+        assert ws.close_code == 1008
+        assert [(m["type"], m["field"]) for m in messages] == [("invalid_parameter",
+                                                                "output_format")]  # fmt: skip
+        assert bad in messages[0]["error"]
+    with open_ws(server, key, output_format=f"pcm_{RATE}") as ws:  # bad messages: the socket stays
+        ws.send(b"\x00")
+        send(ws, text="no context")
+        send(ws, text=" ", voice_settings={"speed": 9}, context_id="c")
+        errors = [json.loads(ws.recv(timeout=RECV_S)) for _ in range(3)]
+        assert [e["field"] for e in errors] == ["message", "context_id", "voice_settings.speed"]
+        send(ws, close_socket=True)
+        assert read_to_close(ws) == []
+
+
+def test_v1_voices_lists_the_served_voice_in_elevenlabs_shape(server: Server, key: str) -> None:
+    voices = server.client.get("/v1/voices").json()["voices"]
+    listed = [(v["voice_id"], v["name"], v["category"]) for v in voices]
+    assert listed == [(VOICE, VOICE, "premade")]
+    assert voices[0]["labels"]["language"] == "en_US" and voices[0]["preview_url"] is None
+    assert httpx.get(f"{server.url}/v1/voices", timeout=10).status_code == 401
+    wrong = httpx.get(f"{server.url}/v1/voices", headers={"xi-api-key": "nope"}, timeout=10)
+    assert wrong.status_code == 401
+
+
+@needs("livekit-plugins-elevenlabs")
+def test_livekit_lists_voices_with_its_key_header(server: Server, key: str) -> None:
+    import aiohttp  # noqa: PLC0415
+    from livekit.plugins import elevenlabs  # noqa: PLC0415
+
+    async def voices() -> list[Any]:
+        async with aiohttp.ClientSession() as http:
+            tts = elevenlabs.TTS(base_url=f"{server.url}/v1", api_key=key, http_session=http)
+            try:
+                return await tts.list_voices()
+            finally:
+                await tts.aclose()
+
+    assert [(v.id, v.name, v.category) for v in asyncio.run(voices())] == [(VOICE, VOICE,
+                                                                            "premade")]  # fmt: skip
