@@ -490,3 +490,46 @@ def test_template_refuses_what_the_schema_cannot(
     with pytest.raises(helm.HelmRenderError) as refused:
         chart.render(values, name=RELEASE)
     assert message in str(refused.value)
+
+
+def test_voices_pull_job_writes_into_the_deployments_engines_volume(chart: helm.Chart) -> None:
+    """``voices.pull`` set: a hook Job runs ``ttsvc voices pull`` on the Deployment's own engines
+    HostPath (writable there only), with the mirror's URL; its pod is not the Service's."""
+    objects = render(chart, VALUES_SETS["voices"])
+    job = one(objects, "Job")
+    assert job["metadata"]["name"] == f"{FULLNAME}-voices"
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    pod = job["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    mount_path = VALUES_SETS["voices"].get("engines", {}).get("mountPath", "/opt/ttsvc/engines")
+    assert c["args"] == ["voices", "pull", "en_GB-alba-medium", "de_DE-thorsten-high",
+                         "--engines-dir", mount_path]  # fmt: skip
+    assert c["image"] == container(objects)["image"]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "engines"]
+    assert mount["mountPath"] == mount_path == settings_configmap(objects)["TTSVC_ENGINES_DIR"]
+    assert not mount.get("readOnly")
+    deployment = one(objects, "Deployment")["spec"]["template"]["spec"]
+    (served,) = [v for v in deployment["volumes"] if v["name"] == "engines"]
+    (pulled,) = [v for v in pod["volumes"] if v["name"] == "engines"]
+    assert pulled == served
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["TTSVC_VOICES_URL"] == VALUES_SETS["voices"]["voices"]["baseUrl"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["restartPolicy"] == "Never"
+    selector = one(objects, "Service")["spec"]["selector"]
+    assert not selector.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert "TTSVC_VOICES_URL" not in {
+        e["name"] for e in one(render(chart, {"voices": {"pull": ["x"]}}), "Job")["spec"][
+            "template"]["spec"]["containers"][0]["env"]
+    }
+
+
+def test_no_voices_job_without_voices_pull(chart: helm.Chart) -> None:
+    assert not [o for o in render(chart, {}) if o["kind"] == "Job"]
+    with pytest.raises(helm.HelmRenderError) as refused:
+        chart.render({"voices": {"pull": ["en_GB-alba-medium"]},
+                      "engines": {"hostPath": {"enabled": False}}}, name=RELEASE)  # fmt: skip
+    assert "voices.pull needs engines.hostPath.enabled" in str(refused.value)
+    with pytest.raises(helm.HelmValuesError) as bad:
+        chart.render({"voices": {"pull": ["--force"]}}, name=RELEASE)
+    assert "/voices/pull/0" in str(bad.value)

@@ -16,6 +16,7 @@ from ttsvc.cli.engines import add_engines, cmd_engines
 from ttsvc.cli.keys import add_keys, cmd_keys
 from ttsvc.cli.serve import add_serve, cmd_serve
 from ttsvc.cli.synth import add_synth, cmd_synth
+from ttsvc.cli.voices import add_voices, cmd_voices
 from ttsvc.config import Settings
 from ttsvc.errors import TTSError
 from ttsvc.observability.logs import capture_stray_output, configure_logging, get_logger
@@ -26,8 +27,8 @@ from ttsvc.observability.logs import capture_stray_output, configure_logging, ge
 DESCRIPTION = (
     "Streaming text-to-speech: serve it over HTTP, WebSocket and Wyoming (serve), compile "
     "Piper voices into engines (compile), synthesize to a WAV file (synth), manage API keys "
-    "(keys) and engine versions (engines). Every setting flag also reads a TTSVC_* "
-    "environment variable."
+    "(keys) and engine versions (engines), pull Piper's catalogue voices by name (voices). "
+    "Every setting flag also reads a TTSVC_* environment variable."
 )
 """What ``ttsvc --help`` says: for the person at the prompt (the module docstring is for
 developers)."""
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve(sub)
     add_keys(sub)
     add_engines(sub)
+    add_voices(sub)
     return parser
 
 
@@ -67,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "serve": cmd_serve,
         "keys": cmd_keys,
         "engines": cmd_engines,
+        "voices": cmd_voices,
     }
     try:
         return commands[args.command](args, settings)

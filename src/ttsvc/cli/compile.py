@@ -86,7 +86,7 @@ def cmd_compile(args: argparse.Namespace, settings: Settings) -> int:
             streaming=args.streaming,
             min_snr_db=args.min_snr_db,
             schedule=settings.schedule(),
-            log=_progress_printer(started),
+            log=progress_printer(started),
         )
     )
     print(f"published {published.voice} version {published.version} at {published.path} "
@@ -94,12 +94,12 @@ def cmd_compile(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _progress_printer(started: float) -> Callable[[str], None]:
+def progress_printer(started: float, command: str = "compile") -> Callable[[str], None]:
     """Progress for the person who typed the command: plain lines on stderr as they happen,
     each with the seconds since ``started`` (so an estimate can be checked against them)."""
 
     def say(message: str) -> None:
         elapsed = time.perf_counter() - started
-        print(f"ttsvc compile: {elapsed:5.1f} s  {message}", file=sys.stderr, flush=True)
+        print(f"ttsvc {command}: {elapsed:5.1f} s  {message}", file=sys.stderr, flush=True)
 
     return say

@@ -14,7 +14,6 @@ import base64
 import itertools
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from tests.audio.decoding import rms
-from tests.gateway.serving import Server, bearer, keyed_server, metric, wait_until, write_keys
+from tests.gateway.serving import Server, bearer, metric, wait_until
 from tests.gateway.test_agent_clients import SLACK, needs
-from ttsvc.repository.layout import EngineVersion
 
 VOICE = "en_US-joe-medium"
 TEXT = "Hello from a voice agent. The framework plays what ttsvc streams back."
@@ -46,24 +44,14 @@ pytestmark = [  # Pipecat's own modules use what it (and Python) deprecated: not
 ]
 
 
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    path = tmp_path_factory.mktemp("elevenlabs-keys") / "keys"
-    return path, write_keys(path, {"alice": {}, "interrupter": {}})
+KEY_NAMES = ("alice", "interrupter")
+"""The keys of this module's server (``keys``, ``keyed``: tests/gateway/conftest.py)."""
 
 
 @pytest.fixture(scope="module")
-def server(
-    default_version: EngineVersion, engines_root: Path, keys: tuple[Path, dict[str, str]]
-) -> Iterator[Server]:
-    path, names = keys
-    with keyed_server(engines_root, path, names["alice"]) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def key(keys: tuple[Path, dict[str, str]]) -> str:
-    return keys[1]["alice"]
+def server(keyed: Server) -> Server:
+    """The module's server has keys on (``keyed``)."""
+    return keyed
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ from uvicorn.server import ServerState
 
 from ttsvc.errors import RequestTimeout
 from ttsvc.gateway.http.caller import scope_caller
-from ttsvc.gateway.http.openai import openai_error
+from ttsvc.gateway.http.errors import shaped
 from ttsvc.observability.logs import get_logger
 
 log = get_logger("connections")
@@ -163,10 +163,7 @@ class DeadlineH11Protocol(H11Protocol):
     def _answer(self, error: RequestTimeout) -> None:
         shape = error.to_body()
         # the error shape the route's clients read, as the app's handlers answer
-        if self.scope is not None and self.scope["path"].startswith("/v1/"):
-            body = json.dumps(openai_error(shape)).encode()
-        else:
-            body = json.dumps(shape).encode()
+        body = json.dumps(shaped(self.scope["path"] if self.scope else "", shape)).encode()
         headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
                    (b"content-length", str(len(body)).encode())]  # fmt: skip
         try:

@@ -1,9 +1,10 @@
 """HTTP's error answers: every refusal in the one ``{"error", "type"}`` shape, recorded once.
 
 Whatever ends a request without audio, an error class of ``ttsvc.errors``, Starlette's own HTTP
-errors, a body that does not validate or a crash, is answered here (in OpenAI's shape on /v1)
-and, for a synthesis request, counted and given its one completion log line. The handlers are
-plain functions of the gateway's state; ``create_app`` registers them.
+errors, a body that does not validate or a crash, is answered here (in OpenAI's shape on /v1,
+but for ElevenLabs' text-to-speech routes) and, for a synthesis request, counted and given its
+one completion log line. The handlers are plain functions of the gateway's state;
+``create_app`` registers them.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from ttsvc.errors import (
 from ttsvc.gateway.core.records import record_refusal
 from ttsvc.gateway.core.state import GatewayState
 from ttsvc.gateway.http.caller import scope_caller
+from ttsvc.gateway.http.elevenlabs import PATHS as ELEVENLABS_PATHS
 from ttsvc.gateway.http.openai import openai_error
 
 SYNTHESIS_PATHS = ("/synthesize", "/v1/audio/speech", "/synthesize/with-timestamps")
-"""Routes whose every request ends in exactly one completion log line."""
+"""Routes whose every request ends in exactly one completion log line (and ElevenLabs', whose
+paths name the voice: ``ELEVENLABS_PATHS``)."""
 
 _HTTP_TYPES = {400: InvalidJson.type, 404: "not_found", 405: "method_not_allowed"}
 """Error types of the HTTP errors Starlette and FastAPI raise themselves."""
@@ -47,13 +50,21 @@ def error_response(
     """Answer a request that produced no audio; a synthesis request is recorded once (an
     exchange that failed recorded itself), and the answer names the uid its record carries."""
     caller = scope_caller(request.scope)
-    if request.url.path in SYNTHESIS_PATHS:
+    path = request.url.path
+    if path in SYNTHESIS_PATHS or ELEVENLABS_PATHS.fullmatch(path):
         record_refusal(state, caller, body, status)
     if caller.request_id is not None:
         headers = {**(headers or {}), "X-Request-Id": caller.request_id}
-    if request.url.path.startswith("/v1/"):
-        return JSONResponse(openai_error(body), status_code=status, headers=headers)
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(shaped(path, body), status_code=status, headers=headers)
+
+
+def shaped(path: str, body: dict[str, str]) -> dict[str, object]:
+    """An error ``body`` in the shape the route's clients read: OpenAI's on /v1 routes, ttsvc's
+    own on the others and on ElevenLabs' text-to-speech routes (as its WebSockets send errors:
+    OpenAI's would rename their fields, ``text`` to ``input``)."""
+    if path.startswith("/v1/") and not ELEVENLABS_PATHS.fullmatch(path):
+        return openai_error(body)
+    return dict(body)
 
 
 async def tts_error(state: GatewayState, request: Request, exc: TTSError) -> JSONResponse:

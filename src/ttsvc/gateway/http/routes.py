@@ -2,8 +2,8 @@
 
 Each route only checks and resolves its request (key, voice, format, speaker) into a
 ``SpeechOrder`` and hands it to the HTTP answer of a synthesis (``http.speech``); the timestamped
-route adds itself from its own module. ``add_routes`` adds them all to the app in the order they
-match, behind the API key where one is required.
+route and ElevenLabs' text-to-speech routes add themselves from their own modules. ``add_routes``
+adds them all to the app in the order they match, behind the API key where one is required.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ttsvc.gateway.core.order import SpeechOrder, streamed
 from ttsvc.gateway.core.state import GatewayState
 from ttsvc.gateway.http.bodies import SynthesizeRequest
 from ttsvc.gateway.http.caller import http_caller
+from ttsvc.gateway.http.elevenlabs import add_elevenlabs_routes
 from ttsvc.gateway.http.openai import (
     OPENAI_MODELS,
     OPENAI_RATE,
@@ -55,19 +56,22 @@ def add_routes(app: FastAPI, state: GatewayState) -> None:
             http_caller(request).key = state.keys.authenticate(request.headers.get("authorization"))
 
     async def authenticate_xi(request: Request) -> None:
-        """ElevenLabs' clients send the key as ``xi-api-key`` (``GET /v1/voices``)."""
+        """ElevenLabs' clients send the key as ``xi-api-key`` (``GET /v1/voices``, its
+        text-to-speech routes)."""
         if state.keys is not None:
             xi_key = request.headers.get("xi-api-key")
             header = f"Bearer {xi_key}" if xi_key else request.headers.get("authorization")
             http_caller(request).key = state.keys.authenticate(header)
 
     guarded = [Depends(authenticate)]
+    xi_guarded = [Depends(authenticate_xi)]
 
     if state.settings.api_docs:
         _add_docs(app, guarded)
     _add_public(app, state)
-    _add_voices(app, state, guarded, [Depends(authenticate_xi)])
+    _add_voices(app, state, guarded, xi_guarded)
     _add_speech(app, state, guarded)
+    add_elevenlabs_routes(app, state, xi_guarded)
 
 
 def _add_docs(app: FastAPI, guarded: list[params.Depends]) -> None:

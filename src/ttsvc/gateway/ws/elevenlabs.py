@@ -45,18 +45,16 @@ from ttsvc.errors import (
     TTSError,
 )
 from ttsvc.gateway.core.caller import Caller
+from ttsvc.gateway.core.elevenlabs import Alignment, Char, output_format
 from ttsvc.gateway.core.exchange import SynthesisExchange, WorkerReportedError, start_exchange
 from ttsvc.gateway.core.keys import ApiKey
 from ttsvc.gateway.core.order import SpeechOrder
 from ttsvc.gateway.core.records import record_refusal
 from ttsvc.gateway.core.state import GatewayState
 from ttsvc.gateway.ws.elevenlabs_messages import (
-    Alignment,
     AlignmentClock,
-    Char,
     ClientMessage,
     error_message,
-    output_format,
     parse_message,
 )
 from ttsvc.gateway.ws.handshake import check_upgrade, refuse

@@ -1,0 +1,153 @@
+"""``ttsvc voices`` as a user runs it: a real subprocess against a loopback catalogue mirror.
+
+The good pull compiles for real (10 to 30 s), once for the module.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.voice_mirror import MODEL_PATH, TEST_VOICE, Mirror, mirror_files, serve_mirror
+from ttsvc.backends.loader import load_engine_set
+from ttsvc.repository.layout import EngineRepository, EngineVersion
+
+
+def _pull(
+    mirror: Mirror, root: Path, *names: str, cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """``ttsvc voices pull NAMES`` from the loopback mirror into the engines directory ``root``."""
+    return _ttsvc("voices", "pull", *(names or (TEST_VOICE,)), "--base-url", mirror.base,
+                  "--engines-dir", str(root), cwd=cwd)  # fmt: skip
+
+
+def _ttsvc(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "TTSVC_VOICES_URL"} | (env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "ttsvc.cli", *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def mirror() -> Iterator[Mirror]:
+    with serve_mirror(Mirror(mirror_files())) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def pulled(
+    mirror: Mirror, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A fresh engines directory after ``ttsvc voices pull`` of the test voice."""
+    root = tmp_path_factory.mktemp("pulled") / "engines"
+    result = _pull(mirror, root, cwd=root.parent)
+    return root, result
+
+
+def test_pull_publishes_a_voice_that_loads(
+    pulled: tuple[Path, subprocess.CompletedProcess[str]], mirror: Mirror
+) -> None:
+    root, result = pulled
+    assert result.returncode == 0, result.stderr
+    latest = EngineRepository(root).latest(TEST_VOICE)
+    assert isinstance(latest, EngineVersion)
+    load_engine_set(latest.path)
+    assert f"published {TEST_VOICE} version 1" in result.stdout
+    assert "ttsvc voices: " in result.stderr and f"{mirror.base}/{MODEL_PATH}" in result.stderr
+    assert "step 1/" in result.stderr  # the compile's own progress
+    assert [p.name for p in root.iterdir()] == [TEST_VOICE]  # no download directory left
+
+
+def test_pull_skips_a_published_voice_unless_forced(
+    pulled: tuple[Path, subprocess.CompletedProcess[str]], mirror: Mirror
+) -> None:
+    root, _ = pulled
+    result = _ttsvc(
+        "voices",
+        "pull",
+        TEST_VOICE,
+        "--engines-dir",
+        str(root),
+        cwd=root.parent,
+        env={"TTSVC_VOICES_URL": mirror.base},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "already published (version 1); skipped (--force" in result.stderr
+    assert [v.version for v in EngineRepository(root).versions(TEST_VOICE)] == [1]
+
+
+def test_list_without_available_is_engines_ls(
+    pulled: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    root, _ = pulled
+    result = _ttsvc("voices", "list", "--engines-dir", str(root), cwd=root.parent)
+    assert result.returncode == 0, result.stderr
+    engines = _ttsvc("engines", "ls", "--engines-dir", str(root), cwd=root.parent)
+    assert result.stdout == engines.stdout and f"* {TEST_VOICE} v1 ort" in result.stdout
+
+
+def test_list_available_reads_the_catalogue(mirror: Mirror, tmp_path: Path) -> None:
+    result = _ttsvc("voices", "list", "--available", "--base-url", mirror.base, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split()[:3] for line in lines] == [
+        ["de_DE-thorsten-high", "de_DE", "high"],
+        [TEST_VOICE, "en_US", "medium"],
+    ]
+    assert lines[1].endswith("1 speaker")
+    result = _ttsvc(
+        "voices",
+        "list",
+        "--available",
+        "--language",
+        "de",
+        cwd=tmp_path,
+        env={"TTSVC_VOICES_URL": mirror.base},
+    )
+    assert [line.split()[0] for line in result.stdout.splitlines()] == ["de_DE-thorsten-high"]
+
+
+def test_unknown_name_is_exit_2_with_near_matches(mirror: Mirror, tmp_path: Path) -> None:
+    root = tmp_path / "engines"
+    result = _pull(mirror, root, TEST_VOICE, "en_US-testvoice-mediun", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"ttsvc voices: en_US-testvoice-mediun: no such voice in {mirror.base}/voices.json; "
+        f"did you mean {TEST_VOICE}?"
+    ]
+    assert not root.exists()  # nothing written, not even the known voice's
+
+
+def test_failed_pull_is_one_line_and_exit_1(mirror: Mirror, tmp_path: Path) -> None:
+    root = tmp_path / "engines"
+    mirror.cut.add(MODEL_PATH)
+    try:
+        result = _pull(mirror, root, cwd=tmp_path)
+    finally:
+        mirror.cut.discard(MODEL_PATH)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ttsvc voices: {TEST_VOICE}: download of ") and "cut short" in last
+    assert last.endswith("nothing published")
+    assert EngineRepository(root).voices() == [] and list(root.iterdir()) == []
+
+
+def test_unreachable_catalogue(tmp_path: Path) -> None:
+    result = _ttsvc(
+        "voices", "list", "--available", "--base-url", "http://127.0.0.1:9/x", cwd=tmp_path
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("ttsvc voices: catalogue unreachable: http://127.0.0.1:9/x/")
