@@ -93,6 +93,11 @@ class Settings(BaseSettings):
     """Sentences longer than this are split at clauses for streaming."""
     max_text_chars: int = Field(4096, ge=1, le=100_000)
     """Longest text accepted per request."""
+    ssml_unknown_elements: Literal["reject", "ignore"] = "reject"
+    """An SSML element ttsvc does not speak: ``reject`` answers 422 naming it and its line;
+    ``ignore`` speaks its text as if it were not there."""
+    openai_ssml: bool = True
+    """Read OpenAI's ``input`` as SSML when it starts with ``<speak`` (off: read as text)."""
     max_audio_s: float = Field(600.0, gt=0, le=86_400)
     """Most audio one request may produce, in seconds at its speed: a text estimated to exceed
     it is refused with 422 before any audio, and a stream that would pass it is stopped."""

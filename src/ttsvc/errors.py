@@ -73,6 +73,18 @@ class UnsupportedScript(InvalidParameter):
     type = "unsupported_script"
 
 
+class InvalidSsml(InvalidParameter):
+    """An SSML document ttsvc will not speak: malformed, unsafe (a DTD, entities), an element or
+    value it does not take, or past a cap. The message gives line, column and reason."""
+
+    type = "invalid_ssml"
+
+    def __init__(self, message: str, *, line: int, column: int, field: str = "text") -> None:
+        super().__init__(message, field=field)
+        self.line = line
+        self.column = column
+
+
 class AudioTooLong(InvalidParameter):
     """The text would make more audio than the configured cap: refused before any audio."""
 
@@ -138,6 +150,41 @@ class EngineIntegrityError(EngineError):
     """An engine file does not match its manifest (size or sha256); it was never parsed."""
 
     type = "engine_integrity"
+
+
+class LexiconError(TTSError):
+    """A pronunciation lexicon (a W3C PLS file) that may not be used: malformed or unsafe XML,
+    past a cap, or a lexeme it cannot apply.
+
+    ``line`` and ``column`` (1-based) point at the fault: the XML parser's position for malformed
+    XML, the ``lexeme`` element's start tag for a lexeme at fault; ``None`` where the file as a
+    whole is (too large, unreadable). ``file`` is the file's name, never a host path, so
+    ``public`` may be shown to clients (``GET /lexicons``).
+    """
+
+    status = 422
+    type = "invalid_lexicon"
+
+    def __init__(
+        self, file: str, reason: str, *, line: int | None = None, column: int | None = None
+    ) -> None:
+        where = "".join(f":{n}" for n in (line, column) if n is not None)
+        super().__init__(f"{file}{where}: {reason}")
+        self.file = file
+        self.reason = reason
+        self.line = line
+        self.column = column
+
+    def public(self) -> dict[str, object]:
+        """The ``GET /lexicons`` entry of a refused file."""
+        return {"file": self.file, "line": self.line, "column": self.column,
+                "reason": self.reason}  # fmt: skip
+
+
+class UnknownLexicon(InvalidParameter):
+    """A request names a lexicon no loaded file defines (names only, never a path)."""
+
+    type = "unknown_lexicon"
 
 
 class GraphShapeError(TTSError):

@@ -36,6 +36,60 @@ class EngineSpec:
 
 
 @dataclass(frozen=True)
+class ScriptText:
+    """A piece of a run's text and where it came from in the request (an SSML document).
+
+    Why spans travel with the text: word timestamps and marks point into the string the client
+    sent, and the markup around the spoken text is not in what the worker reads."""
+
+    text: str
+    """What to read (a ``sub``'s alias, a ``say-as``'s words, or the document's own text)."""
+    source: tuple[int, int]
+    """``[start, end)`` of the request text it stands for."""
+    verbatim: bool = True
+    """Each character ``i`` is the request's character ``source[0] + i`` (else every character
+    stands for the whole span: a rewritten form)."""
+    phonemes: str | None = None
+    """The voice's own phoneme symbols to say instead of reading ``text`` (SSML's ``phoneme``,
+    a lexicon's pronunciation): ``text`` is then only the word it names."""
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """Speech said with one rate and volume: one or more sentences, each one acoustic run."""
+
+    pieces: tuple[ScriptText, ...]
+    rate: float = 1.0
+    """Multiplies the request's speed (SSML's ``prosody rate``)."""
+    gain: float = 1.0
+    """Linear gain on the samples (SSML's ``prosody volume``)."""
+    marks: tuple[tuple[str, int], ...] = ()
+    """SSML ``mark`` names and their offsets in the request text: each is timed at the first
+    word that starts at or after it (or at the run's end)."""
+
+
+@dataclass(frozen=True)
+class ScriptBreak:
+    """Silence between runs."""
+
+    seconds: float | None
+    """``None``: the request's sentence pause (the boundary of an SSML ``s`` or ``p``)."""
+
+
+@dataclass(frozen=True)
+class ScriptMark:
+    """A mark after the last run: timed at the end of the audio."""
+
+    name: str
+    at: int
+
+
+ScriptItem = ScriptRun | ScriptBreak | ScriptMark
+Script = tuple[ScriptItem, ...]
+"""What an SSML document (or a text a lexicon rewrote) asks the worker to say, in order."""
+
+
+@dataclass(frozen=True)
 class SynthesisJob:
     """Start one stream on a worker."""
 
@@ -61,6 +115,9 @@ class SynthesisJob:
     timestamps: bool = False
     """Send each word's times with the chunk its audio starts in (``AudioChunkMsg.words``); an
     engine without phoneme durations fails the stream with ``timestamps_unavailable``."""
+    script: Script | None = None
+    """Say this instead of reading ``text`` (which is then only its spoken words, for estimates):
+    the request was SSML, or a lexicon rewrote it. Made and checked in the gateway."""
 
 
 @dataclass(frozen=True)
@@ -167,11 +224,27 @@ class WordTime:
     text_span: tuple[int, int]
     """``[start, end)`` character offsets in the request text it was read from: several words
     share one span where normalization made them of one written form ("$12.50")."""
+    mark: bool = False
+    """An SSML ``mark`` (``word`` is its name, ``start == end``), not a spoken word."""
 
     def to_json(self) -> dict[str, object]:
         """As clients receive it (times rounded to the microsecond)."""
+        if self.mark:
+            return {"mark": self.word, "time": round(self.start, 6),
+                    "text_span": list(self.text_span)}  # fmt: skip
         return {"word": self.word, "start": round(self.start, 6), "end": round(self.end, 6),
                 "text_span": list(self.text_span)}  # fmt: skip
+
+
+def timed_json(words: tuple[WordTime, ...]) -> dict[str, list[dict[str, object]]]:
+    """A chunk's words as clients receive them (``words``), its SSML marks apart (``marks``,
+    only when there are some: a client that never sends SSML never sees the key)."""
+    out: dict[str, list[dict[str, object]]] = {"words": [w.to_json() for w in words
+                                                         if not w.mark]}  # fmt: skip
+    marks = [w.to_json() for w in words if w.mark]
+    if marks:
+        out["marks"] = marks
+    return out
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ from pydantic import Field
 
 # allow_inf_nan=False: JSON parsers here accept NaN and Infinity, which fail every bound, and
 # the error must say what is wrong with them ("a finite number"), not name a bound they missed
-Speed = Annotated[float, Field(ge=0.25, le=4.0, allow_inf_nan=False)]
+SPEED_MIN, SPEED_MAX = 0.25, 4.0
+"""OpenAI's speed range; SSML's ``prosody rate`` times a request's speed is kept inside it."""
+Speed = Annotated[float, Field(ge=SPEED_MIN, le=SPEED_MAX, allow_inf_nan=False)]
 """Speaking rate: 2.0 is twice as fast (divides the voice's length scale)."""
 Noise = Annotated[float, Field(ge=0.0, le=2.0, allow_inf_nan=False)]
 """Latent noise (``noise_scale``) or duration noise (``noise_w``); 0 is deterministic."""

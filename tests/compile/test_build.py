@@ -50,6 +50,7 @@ def test_published_layout_and_manifest(default_version: EngineVersion) -> None:
         assert context.max_abs_error <= STREAM_TOLERANCE
         assert context.left == 0 and 0 < context.right <= 64
     assert manifest.contexts["vocoder"].right < manifest.contexts["flow"].right
+    assert manifest.durations and manifest.speed_durations  # compile/speed.py
     # no staging directory left behind
     assert [p.name for p in default_version.path.parent.iterdir()] == ["1"]
 

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from ttsvc.compile.build import default_checkpoint
-from ttsvc.compile.split import find_split, split_model
+from ttsvc.compile.split import SplitEngines, find_split, split_model
 from ttsvc.errors import GraphShapeError
 from ttsvc.text.frontend import TextFrontEnd
 from ttsvc.voice import VoiceConfig
@@ -124,3 +124,65 @@ def test_durations_are_found_by_structure_and_give_the_latents_frames(
     changes = [t for t in range(1, z.shape[1]) if not np.array_equal(z[:, t], z[:, t - 1])]
     bounds = np.cumsum(durations.reshape(-1))[:-1]
     assert changes == sorted({int(b) for b in bounds if 0 < b < z.shape[1]})
+
+
+def _acoustic_runs(
+    engines: SplitEngines, ids: np.ndarray, length_scales: list[float]
+) -> list[list[np.ndarray]]:
+    """Latents, mask and durations of the sentence engine at each length scale, noise 0."""
+    session = ort.InferenceSession(engines.acoustic.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])  # fmt: skip
+    return [
+        [np.asarray(out) for out in session.run(None, {
+            "input": ids, "input_lengths": np.asarray([ids.shape[1]]),
+            "scales": np.asarray([0.0, scale, 0.0], dtype=np.float32)})]
+        for scale in length_scales
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("voice_scale", [1.0, 1.3])
+def test_frames_follow_speed_above_1_and_are_pipers_at_or_below(
+    voice_model: onnx.ModelProto, voice_config: VoiceConfig, voice_scale: float
+) -> None:
+    """Above speed 1 the frame count follows 1/speed (to a frame, Piper's rounding up gave ~2x
+    at speed 4); at speed 1 and below every output is Piper's own graph's, to the bit. The
+    durations stay the frames the latents were expanded to, zero-frame ids included. Found by
+    structure (every tensor renamed) and for a voice whose own length scale is not 1."""
+    engines = split_model(_renamed(voice_model), "flow", voice_scale)
+    assert engines.split.follows_speed
+    piper = split_model(voice_model, "flow")
+    assert not piper.split.follows_speed
+    (sentence,) = TextFrontEnd(voice_config).sentences("The quick brown fox jumps over a dog.")
+    ids = np.asarray([sentence.ids], dtype=np.int64)
+    speeds = [0.25, 0.5, 1.0, 2.0, 3.0, 4.0]
+    scales = [voice_scale / speed for speed in speeds]
+    ours, theirs = _acoustic_runs(engines, ids, scales), _acoustic_runs(piper, ids, scales)
+    for speed, got, expected in zip(speeds, ours, theirs, strict=True):
+        if speed <= 1.0:
+            for a, b in zip(got, expected, strict=True):
+                np.testing.assert_array_equal(a, b)
+    frames = {speed: run[0].shape[2] for speed, run in zip(speeds, ours, strict=True)}
+    for speed in (2.0, 3.0, 4.0):
+        assert abs(frames[speed] - frames[1.0] / speed) <= 1, (speed, frames)
+    piper_4 = theirs[speeds.index(4.0)][0].shape[2]
+    assert piper_4 > 1.5 * frames[1.0] / 4  # what the rewrite is for
+
+    latents, _, durations = ours[speeds.index(4.0)]
+    assert durations.min() == 0 and int(durations.sum()) == latents.shape[2]
+    z = latents[0]
+    changes = [t for t in range(1, z.shape[1]) if not np.array_equal(z[:, t], z[:, t - 1])]
+    bounds = {int(b) for b in np.cumsum(durations.reshape(-1))[:-1] if 0 < b < z.shape[1]}
+    assert set(changes) <= bounds
+
+
+def test_a_graph_without_the_length_scale_product_keeps_pipers_durations(
+    voice_model: onnx.ModelProto,
+) -> None:
+    """Durations not made as ``ceil(w * scales[1])`` are left alone (no guess at the speed)."""
+    model = onnx.ModelProto()
+    model.CopyFrom(voice_model)
+    ceil = next(n for n in model.graph.node if n.op_type == "Ceil")
+    mul = next(n for n in model.graph.node if ceil.input[0] in n.output)
+    mul.op_type = "Add"  # still a graph that runs, no longer the length scale's product
+    engines = split_model(model, "flow", 1.0)
+    assert not engines.split.follows_speed and engines.split.durations is not None

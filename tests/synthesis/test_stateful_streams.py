@@ -8,6 +8,7 @@ other; the two kinds of engines give the same audio.
 from __future__ import annotations
 
 import gc
+import itertools
 
 import numpy as np
 
@@ -106,3 +107,28 @@ def test_stateful_and_context_engines_say_the_same(
         b = np.concatenate([c.samples for c in context_synth.stream(text, DETERMINISTIC)])
         assert a.shape == b.shape
         assert np.max(np.abs(a.astype(np.int32) - b.astype(np.int32))) <= 33  # 1e-3 of full
+
+
+def test_fast_speech_is_as_short_as_asked_and_streams_as_one_shot(
+    synth: Synthesizer, context_synth: Synthesizer
+) -> None:
+    """At speed 4 the speech is a quarter of speed 1's (phoneme ids may get no frame at all,
+    ``compile/speed.py``), and both kinds of engines still stream it as they make it in one
+    shot, word times included (the durations are the frames the audio was made of)."""
+    text = TEXTS[0]
+    fast = DETERMINISTIC.model_copy(update={"speed": 4.0})
+    for engines in (synth, context_synth):
+        assert engines.engines.manifest.speed_durations
+        plain, whole = engines.synthesize(text, DETERMINISTIC), engines.synthesize(text, fast)
+        frames = len(whole) // engines.hop, len(plain) // engines.hop
+        assert abs(frames[0] - frames[1] / 4) <= 1, frames
+        schedule = WindowSchedule(first=3, growth=1.5, max=24)
+        chunks = _interleave(engines, [engines.stream_steps(text, fast, schedule)])[0]
+        streamed = _pcm(chunks)
+        assert streamed.shape == whole.shape
+        assert np.max(np.abs(streamed - whole.astype(np.int32))) <= 1
+    timed = list(synth.stream(text, fast.model_copy(update={"timestamps": True})))
+    words = [w for c in timed for w in c.words]
+    assert len(words) == len(text.split())
+    assert all(a.start <= b.start for a, b in itertools.pairwise(words))
+    assert words[-1].end <= sum(len(c.samples) for c in timed) / synth.sample_rate + 1e-6

@@ -44,7 +44,9 @@ _FLAG_FIELDS = {"engines_dir": "engines_dir", "voice": "voice", "threads": "thre
                 "cors_origins": "cors_origins", "voice_memory_mb": "voice_memory_mb",
                 "worker_memory_mb": "worker_memory_mb", "wyoming_host": "wyoming_host",
                 "wyoming_allow": "wyoming_allow",
-                "wyoming_max_connections": "wyoming_max_connections"}  # fmt: skip
+                "wyoming_max_connections": "wyoming_max_connections",
+                "ssml_unknown_elements": "ssml_unknown_elements",
+                "openai_ssml": "openai_ssml"}  # fmt: skip
 
 
 def _settings_default(field: str) -> str | None:

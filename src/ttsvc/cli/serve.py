@@ -95,6 +95,11 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "the slots)")
     p.add_argument("--max-audio-s", type=float, default=None,
                    help="most audio seconds one request may produce (default 600)")
+    p.add_argument("--ssml-unknown-elements", choices=["reject", "ignore"], default=None,
+                   help="an SSML element ttsvc does not speak: a 422 naming it, or its text "
+                   "spoken")
+    p.add_argument("--openai-ssml", action=argparse.BooleanOptionalAction, default=None,
+                   help="read OpenAI's input as SSML when it starts with <speak")
     p.add_argument("--api-docs", action=argparse.BooleanOptionalAction, default=None,
                    help="serve /docs, /redoc and /openapi.json, behind the key when keys are on "
                    "(default: off; the pages load Swagger UI and ReDoc from a public CDN)")

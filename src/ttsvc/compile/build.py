@@ -124,7 +124,10 @@ def _compile_voice(opts: CompileOptions) -> EngineVersion:
                   + (", stateful frame engines" if stateful else ""))  # fmt: skip
     model = load_piper_graph(opts.checkpoint)
     check_speakers(model, voice, opts)
-    engines = split_model(model, opts.split_at)
+    engines = split_model(model, opts.split_at, voice.inference.length_scale)
+    if engines.split.durations is not None and not engines.split.follows_speed:
+        opts.log("durations: the graph's are not ceil(w * length_scale), so they keep Piper's "
+                 "rounding: speech shortens less than asked above speed ~2")  # fmt: skip
     graphs = {ACOUSTIC_FILE: engines.acoustic, VOCODER_FILE: engines.vocoder}
     if engines.flow is not None:
         graphs[FLOW_FILE] = engines.flow

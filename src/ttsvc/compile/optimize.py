@@ -80,7 +80,7 @@ def try_int8(staging: Path, filename: str, reference: Reference, min_snr_db: flo
     worst = float("inf")
     for ids, speaker, expected in zip(reference.ids, reference.speakers, reference.audio,
                                       strict=True):  # fmt: skip
-        got = chain.run(ids, speaker)[2]
+        got = chain.run(ids, speaker, reference.length_scale)[2]
         worst = min(worst, snr_db(expected, got) if got.shape == expected.shape else -1.0)
     if worst >= min_snr_db:
         candidate.replace(path)

@@ -94,7 +94,8 @@ def publish_trt(staged: Staged, chain: Chain) -> EngineVersion:
     write_manifest(staging, manifest)
     plans = load_engine_set(staging)  # loads exactly as workers will
     scores = trt.plan_quality(plans, reference.ids, reference.latents, reference.frames,
-                              reference.audio, chain.flow, chain.vocoder, snr_db)  # fmt: skip
+                              reference.audio, chain.flow, chain.vocoder, snr_db,
+                              reference.length_scale)  # fmt: skip
     for key, db in sorted(scores.items()):
         opts.log(f"{key.removesuffix('_snr_db')}: {db:.1f} dB SNR against fp32 ONNX Runtime")
     low = {k: v for k, v in scores.items() if v < opts.min_snr_db}
@@ -137,6 +138,7 @@ def version_manifest(
         runtime=runtime,
         source={"checkpoint": opts.checkpoint.name, "sha256": sha256_file(opts.checkpoint)},
         durations=split.durations is not None,
+        speed_durations=split.follows_speed,
         streaming=opts.streaming,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )

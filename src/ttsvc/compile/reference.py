@@ -219,10 +219,13 @@ class Chain:
     def vocoder(self, frames: np.ndarray, speaker: int = 0, /) -> np.ndarray:
         return self._vocoder.waveform(frames, speaker)
 
-    def run(self, ids: list[int], speaker: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def run(
+        self, ids: list[int], speaker: int = 0, length_scale: float = 1.0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Latents, frames and audio of one sentence, deterministic (noise scales 0)."""
         latents = self.acoustic.latents(
-            np.asarray([ids], dtype=np.int64), np.asarray([0.0, 1.0, 0.0], dtype=np.float32),
+            np.asarray([ids], dtype=np.int64),
+            np.asarray([0.0, length_scale, 0.0], dtype=np.float32),
             speaker,
         )
         frames = self._flow.frames(latents, speaker) if self._flow is not None else latents
@@ -242,6 +245,10 @@ class Reference:
     """Samples the vocoder makes per frame, measured (the config does not say it)."""
     speakers: list[int] = field(default_factory=list)
     """The speaker each sentence was synthesized for (0 throughout for one speaker)."""
+    length_scale: float = 1.0
+    """The voice's own length scale, which every check runs at: speed 1, where the engines
+    must match the original graph (above it their durations follow the speed, Piper's do not:
+    ``compile/speed.py``)."""
 
     def inputs(self, arrays: list[np.ndarray]) -> list[SpeakerInput]:
         """``arrays`` (latents or frames of the sentences) paired with their speakers."""
@@ -264,7 +271,7 @@ def checked_reference(
     """
     original = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     canaries = canary_ids(voice)
-    ref = Reference([], [], [], [], 0.0)
+    ref = Reference([], [], [], [], 0.0, length_scale=voice.inference.length_scale)
     for speaker in checked_speakers(voice.num_speakers):
         for ids in canaries if speaker == 0 else canaries[:1]:
             ref.ids.append(ids)
@@ -273,12 +280,12 @@ def checked_reference(
         feed = {
             "input": np.asarray([ids], dtype=np.int64),
             "input_lengths": np.asarray([len(ids)], dtype=np.int64),
-            "scales": np.asarray([0.0, 1.0, 0.0], dtype=np.float32),
+            "scales": np.asarray([0.0, ref.length_scale, 0.0], dtype=np.float32),
         }
         if voice.num_speakers > 1:
             feed[SPEAKER_INPUT] = np.asarray([speaker], dtype=np.int64)
         expected = np.asarray(original.run(None, feed)[0]).reshape(-1)
-        latents, frames, got = chain.run(ids, speaker)
+        latents, frames, got = chain.run(ids, speaker, ref.length_scale)
         if got.shape != expected.shape:
             raise GraphShapeError(
                 f"split engines give {got.shape} samples, original {expected.shape}"

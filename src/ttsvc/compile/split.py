@@ -14,7 +14,8 @@ graph's structure, not from the default voice's tensor names, so any Piper/VITS 
   tensor whose cumulative sum (``CumSum``) builds the alignment path that expands the text
   encoder's output to frames. The sentence engine outputs them beside its latents (as int32
   ``durations [1, 1, N]``), so word timestamps come from the very frame counts the audio was
-  made with.
+  made with. Given the voice's length scale, the split first puts durations that follow the
+  speed above 1 in its place (``speed.py``), and those are what the engine uses and outputs.
 
 Multi-speaker voices (Piper's ``sid`` input) condition the duration predictor, every flow
 coupling layer and the decoder on ``g = emb_g[sid]``, one vector for the whole utterance. Tensors
@@ -35,6 +36,7 @@ default voice, the flow needs ~28 frames of context at 0.14 ms/frame, the decode
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Literal
@@ -42,6 +44,7 @@ from typing import Literal
 import onnx
 
 from ttsvc.backends.base import SPEAKER_INPUT
+from ttsvc.compile.speed import follow_speed
 from ttsvc.errors import GraphShapeError
 
 SplitPoint = Literal["flow", "decoder"]
@@ -79,6 +82,9 @@ class GraphSplit:
     durations: str | None = None
     """Frames per input id ``[1, 1, N]`` (float, whole numbers) before the length regulator;
     ``None`` when the graph has no such tensor (no word timestamps then)."""
+    follows_speed: bool = False
+    """``durations`` is the tensor ``compile/speed.py`` added, which follows 1/speed above
+    speed 1, rather than VITS's own rounded-up one."""
 
 
 class _Graph:
@@ -271,10 +277,24 @@ class SplitEngines:
     split: GraphSplit
 
 
-def split_model(model: onnx.ModelProto, split_at: SplitPoint = "flow") -> SplitEngines:
+def split_model(
+    model: onnx.ModelProto, split_at: SplitPoint = "flow", voice_length_scale: float | None = None
+) -> SplitEngines:
     """Cut ``model`` at ``split_at`` into sentence, flow and vocoder engines; each engine that
-    reads the speaker takes ``sid`` as an input of its own."""
+    reads the speaker takes ``sid`` as an input of its own.
+
+    With ``voice_length_scale`` (the voice config's), the sentence engine's durations follow
+    1/speed above speed 1 (``compile/speed.py``) where the graph allows; without it they are
+    Piper's own. ``model`` itself is left as it was.
+    """
     split = find_split(model, split_at)
+    if voice_length_scale is not None and split.durations is not None:
+        rewritten = onnx.ModelProto()
+        rewritten.CopyFrom(model)
+        durations = follow_speed(rewritten, split.durations, voice_length_scale)
+        if durations is not None:
+            model = rewritten
+            split = dataclasses.replace(split, durations=durations, follows_speed=True)
     model = onnx.shape_inference.infer_shapes(model)
     names = {split.decoder_input: "frames"}
 

@@ -96,7 +96,8 @@ def build_plans(
         if graph is None:
             continue
         model = graph if name == "acoustic" else with_batch_axis(graph)
-        # the acoustic plan stays fp32: its frame count is ceil(exp(logw)), and a duration that
+        # the acoustic plan stays fp32: its frame count is ceil(exp(logw)) (above speed 1, the
+        # rounded running sum of those over the speed: compile/speed.py), and a duration that
         # rounds the other way would shift every later sample; it runs once per sentence
         precision = "fp32" if name == "acoustic" else quantize
         fp16 = precision == "fp16"
@@ -138,10 +139,12 @@ def plan_quality(
     cpu_flow: Stage | None,
     cpu_vocoder: Stage,
     snr: Callable[[np.ndarray, np.ndarray], float],
+    length_scale: float = 1.0,
 ) -> dict[str, float]:
     """Worst SNR (dB) over the canaries of each plan alone and of the whole chain, against the
-    fp32 ONNX Runtime reference: one engine swapped at a time, so a failure names its engine."""
-    scales = np.asarray([0.0, 1.0, 0.0], dtype=np.float32)
+    fp32 ONNX Runtime reference: one engine swapped at a time, so a failure names its engine.
+    ``length_scale`` is the one the reference was made at (the voice's)."""
+    scales = np.asarray([0.0, length_scale, 0.0], dtype=np.float32)
     worst: dict[str, float] = {}
 
     def score(key: str, got: np.ndarray, expected: np.ndarray) -> None:

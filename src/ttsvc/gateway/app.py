@@ -41,6 +41,7 @@ from ttsvc.gateway.http.routes import add_routes
 from ttsvc.gateway.ws.elevenlabs import install as install_elevenlabs
 from ttsvc.gateway.ws.route import install as install_stream
 from ttsvc.lifecycle.catalog import VoiceCatalog
+from ttsvc.lifecycle.lexicons import LexiconStore
 from ttsvc.lifecycle.swapper import EngineSwapper
 from ttsvc.observability.logs import get_logger
 from ttsvc.pool.handle import WorkerSpec
@@ -125,6 +126,11 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             await asyncio.to_thread(keys.load)  # a key file that does not parse stops start-up
             log.info("keys_loaded", path=str(keys.path), names=sorted(k.name for k in keys.keys))
             tasks.append(loop.create_task(keys.watch(state.limiter.forget)))
+        lexicons = LexiconStore(settings.engines_dir, settle_s=settings.watch_settle_s,
+                                polling=settings.watch_polling, trust=trust)  # fmt: skip
+        await asyncio.to_thread(lexicons.reload)  # a bad file is refused and logged, not fatal
+        state.lexicons = lexicons
+        tasks.append(loop.create_task(lexicons.watch()))
         # starts the pool if a version verifies; with none, the gateway waits (unready) for one
         await catalog.initial()
         tasks.append(loop.create_task(catalog.watch()))
@@ -142,9 +148,10 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             if wyoming is not None:
                 await wyoming.stop()
             catalog.stop()
+            lexicons.stop()
             if keys is not None:
                 keys.stop()
-            background = catalog.background
+            background = catalog.background + lexicons.background
             for task in [*tasks, *background]:
                 task.cancel()  # a rollout in progress must not hold up shutdown
             await asyncio.gather(*tasks, *background, return_exceptions=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from watchfiles import Change
 
+from ttsvc.lifecycle.lexicons import LEXICONS_DIR
 from ttsvc.lifecycle.swapper import EngineSwapper
 from ttsvc.observability.logs import get_logger
 from ttsvc.protocol import EngineSpec, StartFailed
@@ -29,18 +30,21 @@ log = get_logger("catalog")
 
 
 def voice_names(root: Path) -> list[str]:
-    """Directories directly under ``root`` that may hold a voice (blocking: run in a thread)."""
+    """Directories directly under ``root`` that may hold a voice (blocking: run in a thread);
+    the pronunciation lexicons' directory is not one."""
     if not root.is_dir():
         return []
     return sorted(
         p.name for p in root.iterdir()
-        if p.is_dir() and not p.name.startswith((".", STAGING_PREFIX))
+        if p.is_dir() and not p.name.startswith((".", STAGING_PREFIX)) and p.name != LEXICONS_DIR
     )  # fmt: skip
 
 
 def _top_level(change: Change, path: str) -> bool:
-    """watchfiles filter: names that may be voices (hidden and staging names never are)."""
-    return not Path(path).name.startswith(".")
+    """watchfiles filter: names that may be voices (hidden and staging names never are, nor the
+    lexicons' directory, whose changes are the lexicon store's)."""
+    name = Path(path).name
+    return not name.startswith(".") and name != LEXICONS_DIR
 
 
 class VoiceCatalog:

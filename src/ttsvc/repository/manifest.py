@@ -86,6 +86,11 @@ class Manifest(BaseModel):
     """The acoustic engine also outputs each phoneme id's frame count (``durations``), which
     word timestamps are made of. False for engines compiled before it did: they serve audio
     without timestamps."""
+    speed_durations: bool = False
+    """Above speed 1 the acoustic engine divides the voice's speed-1 frame counts by the speed
+    (``compile/speed.py``), so speech length follows 1/speed up to 4; at speed 1 and below its
+    output is Piper's. False for engines compiled before: every phoneme id keeps at least one
+    frame there, and speech barely shortens above speed ~2."""
     created_at: str
 
 

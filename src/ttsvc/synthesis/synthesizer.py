@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
@@ -27,13 +28,14 @@ from ttsvc.backends.base import (
     StreamCarry,
     StreamingEngine,
 )
-from ttsvc.errors import AudioTooLong, InvalidParameter, TimestampsUnavailable
-from ttsvc.protocol import WordTime
+from ttsvc.errors import AudioTooLong, InvalidParameter, NothingToSay, TimestampsUnavailable
+from ttsvc.protocol import Script, ScriptBreak, ScriptMark, WordTime
+from ttsvc.ranges import SPEED_MAX, SPEED_MIN
 from ttsvc.repository.manifest import FrameContext
 from ttsvc.synthesis.canary import CANARY_TEXT
 from ttsvc.synthesis.params import SynthesisParams
 from ttsvc.synthesis.steps import Answer, AudioChunk, FrameCall, Pcm16, Steps, drive, to_pcm16
-from ttsvc.text.frontend import Sentence, TextFrontEnd
+from ttsvc.text.frontend import Sentence, TextFrontEnd, ends_sentence
 from ttsvc.windows import Budget, WindowSchedule
 
 ESTIMATE_MARGIN = 1.5
@@ -64,6 +66,61 @@ def _padded(x: FloatArray, start: int, end: int) -> FloatArray:
         return np.ascontiguousarray(piece)
     out = np.zeros((*x.shape[:2], end - start), dtype=np.float32)
     out[:, :, : piece.shape[2]] = piece
+    return out
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """One sentence to say, with how (its parameters and gain) and the silence around it."""
+
+    sentence: Sentence
+    params: SynthesisParams
+    gain: float = 1.0
+    pause: int = 0
+    """Samples of silence after it."""
+    lead: Pcm16 = field(default_factory=lambda: np.zeros(0, np.int16))
+    """Samples of silence before it (a script's leading break)."""
+    marks: tuple[tuple[str, int, bool], ...] = ()
+    """Marks timed in it: name, offset in the document, and whether it is timed at the end of
+    the sentence's audio (after the last run) rather than at a word."""
+
+
+def _owned(
+    marks: tuple[tuple[str, int], ...], sentences: list[Sentence], k: int
+) -> tuple[tuple[str, int, bool], ...]:
+    """The marks of a run that sentence ``k`` of its ``sentences`` times: those before a word
+    it says and after every word of the sentences before it; the last sentence also takes those
+    after all words."""
+    def first_start(index: int) -> int | None:
+        starts = [w.span[0] for w in sentences[index].words]
+        return min(starts) if starts else None
+
+    out = []
+    for name, at in marks:
+        owner = len(sentences) - 1
+        for index in range(len(sentences)):
+            if any(w.span[0] >= at for w in sentences[index].words):
+                owner = index
+                break
+        if owner == k:
+            out.append((name, at, first_start(k) is None))
+    return tuple(out)
+
+
+def _marks(
+    unit: _Unit, timed: list[tuple[int, WordTime]], total: int, end_s: float
+) -> list[tuple[int, WordTime]]:
+    """The unit's marks as ``WordTime``s: at the start of the first word at or after each (in
+    the document), else at the end of the sentence's audio."""
+    out = []
+    for name, at, at_end in unit.marks:
+        word = None if at_end else next(
+            ((first, w) for first, w in timed if w.text_span[0] >= at), None)  # fmt: skip
+        if word is None:
+            out.append((total - 1, WordTime(name, end_s, end_s, (at, at), mark=True)))
+        else:
+            first, w = word
+            out.append((first, WordTime(name, w.start, w.start, (at, at), mark=True)))
     return out
 
 
@@ -375,6 +432,7 @@ class Synthesizer:
         schedule: WindowSchedule | None = None,
         budget: Budget | None = None,
         max_audio_s: float | None = None,
+        script: Script | None = None,
     ) -> Steps[AudioChunk]:
         """``stream`` as steps: PCM16 chunks, with the frame-engine runs they need yielded as
         ``FrameCall``s for the caller to answer (one by one, or batched across streams).
@@ -382,37 +440,41 @@ class Synthesizer:
         ``max_audio_s`` caps the audio: a text whose estimate (``seconds_per_id``, on the high
         side) exceeds it raises ``AudioTooLong`` before any audio, a clean 422; a sentence that
         would still take the real audio past it raises it before that sentence's first chunk
-        (the backstop for texts the estimate misjudges: their stream is cut)."""
+        (the backstop for texts the estimate misjudges: their stream is cut). ``script``: say
+        it instead of ``text`` (SSML: each run at its own rate and volume, breaks as silence,
+        marks timed among the words)."""
         params = params or SynthesisParams()
         speaker = self.speaker(params)
-        sentences = self.frontend.sentences(text, words=params.timestamps)
-        silence = np.zeros(round(params.sentence_silence * self.sample_rate), np.int16)
+        units = self._units(text, script, params)
         if max_audio_s is not None:
-            ids = sum(len(s.ids) for s in sentences)
-            estimate = ids * self.seconds_per_id() * ESTIMATE_MARGIN / params.speed
-            estimate += (len(sentences) - 1) * len(silence) / self.sample_rate
+            estimate = sum(len(u.sentence.ids) * self.seconds_per_id() * ESTIMATE_MARGIN
+                           / u.params.speed + u.pause / self.sample_rate
+                           for u in units)  # fmt: skip
             if estimate > max_audio_s:
                 raise AudioTooLong(f"the text would make about {estimate:.0f} s of audio, over "
                                    f"the {max_audio_s:g} s a request may produce",
                                    field="text")  # fmt: skip
         offset = 0
         schedule = schedule or self.schedule
-        for index, sentence in enumerate(sentences):
-            last_sentence = index == len(sentences) - 1
+        for index, unit in enumerate(units):
+            sentence, last_sentence = unit.sentence, index == len(units) - 1
             phonemes = np.asarray([sentence.ids], dtype=np.int64)
-            run = yield FrameCall("acoustic", phonemes, params.scales(self.engines), speaker)
+            run = yield FrameCall("acoustic", phonemes, unit.params.scales(self.engines), speaker)
             assert isinstance(run, SentenceRun)
             latents = run.latents
             total = latents.shape[2]
             timed: list[tuple[int, WordTime]] = []
+            lead = len(unit.lead)
             if params.timestamps:
                 if run.durations is None:
                     raise TimestampsUnavailable(
                         f"voice {self.engines.manifest.voice!r} engine version "
                         f"{self.engines.label} was compiled without phoneme durations: recompile "
                         "it (`ttsvc compile`) for word timestamps", field="voice")  # fmt: skip
-                timed = self.word_times(sentence, run.durations, offset)
-            length = total * self.hop + (0 if last_sentence else len(silence))
+                timed = self.word_times(sentence, run.durations, offset + lead)
+                timed += _marks(unit, timed, total, (offset + lead + total * self.hop)
+                                / self.sample_rate)  # fmt: skip
+            length = lead + total * self.hop + unit.pause
             if max_audio_s is not None and offset + length > max_audio_s * self.sample_rate:
                 raise AudioTooLong(f"the audio would pass the {max_audio_s:g} s a request may "
                                    "produce", field="text")  # fmt: skip
@@ -420,13 +482,15 @@ class Synthesizer:
             def chunk(
                 _start: int, end: int, audio: FloatArray,
                 index: int = index, last: bool = last_sentence, total: int = total,
-                timed: list[tuple[int, WordTime]] = timed,
+                timed: list[tuple[int, WordTime]] = timed, unit: _Unit = unit,
             ) -> AudioChunk:  # fmt: skip
                 nonlocal offset
-                pcm = to_pcm16(audio)
+                pcm = to_pcm16(audio if unit.gain == 1.0 else audio * unit.gain)
+                if _start == 0 and len(unit.lead):
+                    pcm = np.concatenate([unit.lead, pcm])
                 sentence_end = end == total
-                if sentence_end and not last and len(silence):
-                    pcm = np.concatenate([pcm, silence])
+                if sentence_end and unit.pause:
+                    pcm = np.concatenate([pcm, np.zeros(unit.pause, np.int16)])
                 words = tuple(w for first, w in timed if _start <= min(first, total - 1) < end)
                 out = AudioChunk(pcm, offset, index, last=last and sentence_end,
                                  offset_s=offset / self.sample_rate, words=words)  # fmt: skip
@@ -435,6 +499,56 @@ class Synthesizer:
 
             # no look-ahead: each window is sent as soon as it is computed
             yield from self._window_steps(latents, schedule, chunk, budget, speaker)
+
+    def _units(self, text: str, script: Script | None, params: SynthesisParams) -> list[_Unit]:
+        """The sentences to say in order, each with its parameters and the silence around it.
+
+        Plain text: its sentences, the request's sentence pause between them. A script: each
+        run's sentences at the run's rate and gain, a break's silence after the sentence before
+        it (or before the first), marks with the sentence they are timed in; raises
+        ``NothingToSay`` when no run has anything to say."""
+        pause = round(params.sentence_silence * self.sample_rate)
+        if script is None:
+            found = self.frontend.sentences(text, words=params.timestamps)
+            return [_Unit(s, params, pause=0 if i == len(found) - 1 else pause)
+                    for i, s in enumerate(found)]  # fmt: skip
+        units: list[_Unit] = []
+        lead = 0
+        trailing: list[tuple[str, int]] = []
+        natural = 0  # the sentence pause a run that ended a sentence leaves before the next
+        for item in script:
+            if isinstance(item, ScriptBreak):
+                if item.seconds is None:  # an s or p boundary: at least a sentence's pause
+                    natural = pause
+                elif units:
+                    added = round(item.seconds * self.sample_rate)
+                    units[-1] = replace(units[-1], pause=units[-1].pause + added)
+                else:
+                    lead += round(item.seconds * self.sample_rate)
+                continue
+            if isinstance(item, ScriptMark):
+                trailing.append((item.name, item.at))
+                continue
+            speed = min(SPEED_MAX, max(SPEED_MIN, params.speed * item.rate))
+            run_params = params if speed == params.speed else params.model_copy(
+                update={"speed": speed})  # fmt: skip
+            found = self.frontend.run_sentences(item, words=params.timestamps)
+            if not found:
+                continue
+            if units and natural:
+                units[-1] = replace(units[-1], pause=units[-1].pause + natural)
+            for k, sentence in enumerate(found):
+                units.append(_Unit(sentence, run_params, gain=item.gain,
+                                   pause=0 if k == len(found) - 1 else pause,
+                                   marks=_owned(item.marks, found, k)))  # fmt: skip
+            natural = pause if ends_sentence(found[-1].text) else 0
+        if not units:
+            raise NothingToSay("the SSML has nothing to speak", field="text")
+        units[0] = replace(units[0], lead=np.zeros(lead, np.int16))
+        if trailing:
+            units[-1] = replace(units[-1], marks=units[-1].marks + tuple(
+                (name, at, True) for name, at in trailing))  # fmt: skip
+        return units
 
     def word_times(
         self, sentence: Sentence, durations: IntArray, offset: int
@@ -462,10 +576,11 @@ class Synthesizer:
         schedule: WindowSchedule | None = None,
         budget: Budget | None = None,
         max_audio_s: float | None = None,
+        script: Script | None = None,
     ) -> Iterator[AudioChunk]:
         """PCM16 chunks of ``text`` as soon as each window is computed (``budget``: see
-        ``WindowSchedule.windows``; ``max_audio_s``: see ``stream_steps``)."""
-        return drive(self.stream_steps(text, params, schedule, budget, max_audio_s),
+        ``WindowSchedule.windows``; ``max_audio_s``, ``script``: see ``stream_steps``)."""
+        return drive(self.stream_steps(text, params, schedule, budget, max_audio_s, script),
                      self.run_call)  # fmt: skip
 
     def synthesize(self, text: str, params: SynthesisParams | None = None) -> Pcm16:

@@ -31,7 +31,7 @@ Constraints the normalization keeps, in this module and in each rule module:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ttsvc.errors import NothingToSay
 from ttsvc.text.abbreviations import (
@@ -81,7 +81,7 @@ from ttsvc.text.numerals import (
     render_ordinal,
     render_percent,
 )
-from ttsvc.text.tracked import Edit, Normalized, Tracked
+from ttsvc.text.tracked import Edit, Normalized, Span, Tracked
 
 __all__ = [
     "has_speakable",
@@ -194,9 +194,17 @@ def require_speakable(text: str) -> str:
     return require_speakable_mapped(text, track=False).text
 
 
-def require_speakable_mapped(text: str, track: bool = True) -> Normalized:
-    """``normalize_mapped(text)`` (spans only if ``track``), or :class:`NothingToSay`."""
-    tracked = _normalize(Tracked(text, track))
+def require_speakable_mapped(
+    text: str, track: bool = True, spans: Sequence[Span] | None = None
+) -> Normalized:
+    """``normalize_mapped(text)`` (spans only if ``track``), or :class:`NothingToSay`.
+
+    ``spans``: where each character of ``text`` came from, when that is not ``text`` itself
+    (an SSML document's text pieces: the spans point into the document)."""
+    start = Tracked(text, track)
+    if track and spans is not None:
+        start.spans = list(spans)
+    tracked = _normalize(start)
     if not _speakable(tracked.text):
         raise NothingToSay("text has nothing to speak after normalization", field="text")
     return Normalized(tracked.text, tuple(tracked.spans))

@@ -164,7 +164,8 @@ class BatchStreamScheduler(StreamScheduler):
             started = time.perf_counter()
             try:
                 stream.steps = stream.synth.stream_steps(stream.job.text, stream.params(),
-                                                         max_audio_s=stream.job.max_audio_s)
+                                                         max_audio_s=stream.job.max_audio_s,
+                                                         script=stream.job.script)
             except Exception as exc:
                 self._fail(stream, exc, send)
                 continue

@@ -137,6 +137,7 @@ class StreamScheduler:
             stream.params(),
             budget=lambda: self._budget(stream),
             max_audio_s=stream.job.max_audio_s,
+            script=stream.job.script,
         )
 
     def step(self, send: Send) -> None:

@@ -213,7 +213,8 @@ class DeadlineScheduler(DeadlinePolicy):
             schedule = stream.synth.schedule.alone() if alone else None
             stream.steps = stream.synth.stream_steps(
                 job.text, stream.params(), schedule,
-                budget=lambda: self.budget(stream), max_audio_s=job.max_audio_s)  # fmt: skip
+                budget=lambda: self.budget(stream), max_audio_s=job.max_audio_s,
+                script=job.script)  # fmt: skip
             answer = None
         else:
             assert stream.pending is not None

@@ -133,6 +133,12 @@ def test_the_page_streams_speech_and_shows_api_errors(server: Server, browser: W
     assert int(result.get_attribute("data-bytes") or 0) == 2 * samples
     # and the audio clock went through all of it (Chromium's headless audio output runs in time)
     wait.until(lambda _: result.get_attribute("data-played") == str(samples))
+    # each word is marked in the text as it is heard (the page asks for pcm with its word
+    # times), the last one last
+    spoken = browser.find_element(By.ID, "spoken")
+    wait.until(lambda _: result.get_attribute("data-highlighted") == "6")  # six words
+    assert spoken.text == "Streaming speech, straight from the service."
+    assert spoken.find_element(By.TAG_NAME, "mark").text == "service"
     # what was heard can be kept: a WAV of exactly the samples received
     download = browser.find_element(By.ID, "download")
     assert download.is_displayed() and download.get_attribute("download") == "speech.wav"
@@ -151,3 +157,15 @@ def test_the_page_streams_speech_and_shows_api_errors(server: Server, browser: W
     wait.until(lambda _: browser.find_element(By.ID, "ttfa-how").text == "(first sound)")
     assert int(result.get_attribute("data-ttfa-ms") or -1) >= 0
     assert browser.find_element(By.ID, "download").get_attribute("download") == "speech.mp3"
+
+    # the SSML switch: the text goes as a document (its alias is said, its words are marked in
+    # the markup); switched on, plain text is wrapped in <speak> to start from
+    Select(browser.find_element(By.ID, "format")).select_by_value("pcm")
+    browser.find_element(By.ID, "ssml").click()
+    assert text.get_attribute("value").startswith("<speak>Streaming speech")
+    text.clear()
+    text.send_keys('<speak>Read the <sub alias="World Wide Web">WWW</sub>.</speak>')
+    browser.find_element(By.ID, "speak").click()
+    wait.until(lambda _: result.get_attribute("data-state") == "done")
+    wait.until(lambda _: result.get_attribute("data-highlighted") == "5")  # Read the World Wide Web
+    assert spoken.find_element(By.TAG_NAME, "mark").text == "WWW"

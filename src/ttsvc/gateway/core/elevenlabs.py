@@ -102,7 +102,7 @@ class Alignment:
         those that start before ``until_ms`` (where the audio sent so far ends)."""
         for word in words:
             a, b = word.text_span
-            if self.closed or b <= self.covered:
+            if word.mark or self.closed or b <= self.covered:
                 continue  # a word read from the same written form as the one before ("$5")
             begin = max(self.edge, round(self.start_ms + 1000 * word.start))
             end = max(begin, round(self.start_ms + 1000 * word.end))

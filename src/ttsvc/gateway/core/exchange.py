@@ -25,6 +25,7 @@ from ttsvc.gateway.core.admission import admit, close_later
 from ttsvc.gateway.core.caller import Caller
 from ttsvc.gateway.core.order import SpeechOrder
 from ttsvc.gateway.core.quotas import Ticket
+from ttsvc.gateway.core.script import compose
 from ttsvc.gateway.core.state import GatewayState
 from ttsvc.observability.logs import get_logger
 from ttsvc.pool.supervisor import Mailbox, WorkerPool
@@ -287,6 +288,8 @@ async def start_exchange(
     end in ``finish`` and ``release_encoder`` (its encoder is made for ``order.format``).
     """
     settings = state.settings
+    caller.text_len = len(order.text)  # its record says it, whatever refuses it
+    script, spoken = await compose(state, order)
     admitted = admit(state, order, caller)
     pool, wid, qsize, rate = admitted.pool, admitted.wid, admitted.qsize, admitted.rate
     key = caller.key
@@ -296,10 +299,10 @@ async def start_exchange(
         log.info("request_id", uid=uid, client_request_id=caller.client_request_id[:128])
     # the rate the encoder was made for, always: a worker still on another version of the voice
     # (a swap rolling out) resamples to it instead of sending audio at another rate
-    job = SynthesisJob(uid, order.text, order.speed, order.noise_scale, order.noise_w,
+    job = SynthesisJob(uid, spoken, order.speed, order.noise_scale, order.noise_w,
                        order.sentence_silence, rate, settings.max_audio_s,
                        None if key is None else key.name, order.voice,
-                       order.speaker, order.timestamps)  # fmt: skip
+                       order.speaker, order.timestamps, script)  # fmt: skip
     exchange = SynthesisExchange(state, caller, pool, wid, job, qsize)
     exchange.buffered = not order.stream
     exchange.ticket = admitted.ticket

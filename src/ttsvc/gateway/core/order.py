@@ -10,13 +10,15 @@ once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ttsvc.audio.encode import FORMATS, OutputFormat
 from ttsvc.audio.resample import SUPPORTED_RATES
 from ttsvc.errors import InvalidParameter
 from ttsvc.ranges import SENTENCE_SILENCE, SPEED, Noise, Silence, Speed
+from ttsvc.text.ssml import is_ssml
 
 
 class VoiceSettings(BaseModel):
@@ -33,6 +35,22 @@ class VoiceSettings(BaseModel):
     noise_w: Noise | None = None
     sentence_silence: Silence = SENTENCE_SILENCE
     sample_rate: int | None = None
+    ssml: bool | None = None
+    """The text is SSML (unset: when it starts with ``<speak``)."""
+    lexicons: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")]] | None = (
+        Field(None, max_length=16))
+    """Loaded lexicons to apply, by name (``GET /lexicons``; unset: those of the voice's
+    language; ``[]``: none)."""
+
+    def reads_ssml(self, text: str) -> bool:
+        """Whether ``text`` is read as SSML: as the request says, else if it starts like SSML.
+        Asked for and not SSML: a 422 rather than markup read out."""
+        if self.ssml is None:
+            return is_ssml(text)
+        if self.ssml and not is_ssml(text):
+            raise InvalidParameter("ssml is true but the text does not start with <speak",
+                                   field="text")  # fmt: skip
+        return self.ssml
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +78,10 @@ class SpeechOrder:
     """Its speaker id (resolved from a name), ``None`` for its first."""
     timestamps: bool = False
     """Ask the worker for word timestamps (``AudioChunkMsg.words``)."""
+    ssml: bool = False
+    """``text`` is an SSML document (``core/script.py`` reads it)."""
+    lexicons: tuple[str, ...] | None = None
+    """The loaded lexicons to apply, by name (``None``: those of the voice's language)."""
 
     @classmethod
     def from_settings(cls, settings: VoiceSettings, *, text: str, voice: str,
@@ -71,7 +93,9 @@ class SpeechOrder:
                    speed=settings.speed, noise_scale=settings.noise_scale,
                    noise_w=settings.noise_w, sentence_silence=settings.sentence_silence,
                    sample_rate=output_rate(format, settings.sample_rate), speaker=speaker,
-                   timestamps=timestamps)  # fmt: skip
+                   timestamps=timestamps, ssml=settings.reads_ssml(text),
+                   lexicons=None if settings.lexicons is None else tuple(settings.lexicons),
+                   )  # fmt: skip
 
 
 def output_rate(fmt: OutputFormat, requested: int | None) -> int | None:

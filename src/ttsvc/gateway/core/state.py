@@ -26,6 +26,7 @@ from ttsvc.errors import (
 from ttsvc.gateway.core.keys import KeyStore
 from ttsvc.gateway.core.quotas import KeyRateLimiter
 from ttsvc.lifecycle.catalog import VoiceCatalog
+from ttsvc.lifecycle.lexicons import LexiconStore
 from ttsvc.lifecycle.swapper import EngineSwapper
 from ttsvc.observability.logs import get_logger
 from ttsvc.observability.metrics import ServiceMetrics
@@ -60,6 +61,8 @@ class GatewayState:
     """Other names a request may give a served voice (OpenAI's voice names, the settings'
     ``voice_aliases``), set by the app."""
 
+    lexicons: LexiconStore | None = None
+    """The pronunciation lexicons loaded from the engines directory (``None``: none served)."""
     configs: dict[tuple[str, str], dict[str, object]] = field(default_factory=dict)
     """Each served engine version's Piper config, by voice and label (read once, off the event
     loop): what ``/voices``, Wyoming's ``info`` and the speaker checks read."""

@@ -34,6 +34,7 @@ from ttsvc.gateway.http.timestamps import add_timestamps_route
 from ttsvc.lifecycle.swapper import EngineSwapper
 from ttsvc.protocol import EngineSpec
 from ttsvc.repository.watcher import Rejection
+from ttsvc.text.ssml import is_ssml
 from ttsvc.voice import describe
 
 STATIC = Path(__file__).with_name("static")
@@ -154,6 +155,13 @@ def _add_voices(app: FastAPI, state: GatewayState, guarded: list[params.Depends]
                 "loaded_on": loaded_on,
                 "engines": engines}  # fmt: skip
 
+    @app.get("/lexicons", dependencies=guarded)
+    async def lexicons() -> dict[str, object]:
+        """The pronunciation lexicons loaded (by name, with language and lexeme count) and the
+        files refused (with line and reason)."""
+        store = state.lexicons
+        return {"lexicons": [], "refused": []} if store is None else dict(store.describe())
+
     @app.get("/voices", dependencies=guarded)
     async def voices() -> dict[str, object]:
         catalog = state.catalog
@@ -232,7 +240,8 @@ def _add_speech(
             state.require_durations(voice)
         order = SpeechOrder(text=body.input, voice=voice, format=fmt,
                             stream=streamed(fmt, body.stream), api="openai", speed=body.speed,
-                            sample_rate=OPENAI_RATE, timestamps=body.timestamps)
+                            sample_rate=OPENAI_RATE, timestamps=body.timestamps,
+                            ssml=state.settings.openai_ssml and is_ssml(body.input))
         if body.stream_format == "sse":
             events = SpeechEventBody(len(body.input), state.frames_per_s(voice), body.timestamps)
             return await synthesis_response(state, order, request, events)

@@ -28,7 +28,7 @@ import json
 import math
 
 from ttsvc.gateway.http.openai import openai_error
-from ttsvc.protocol import AudioChunkMsg, StreamError
+from ttsvc.protocol import AudioChunkMsg, StreamError, timed_json
 
 SSE_MEDIA_TYPE = "text/event-stream"
 
@@ -76,7 +76,7 @@ class SpeechEventBody(AudioBody):
         asked for."""
         if not self.words or chunk is None:
             return {}
-        return {"offset_s": round(chunk.offset_s, 6), "words": [w.to_json() for w in chunk.words]}
+        return {"offset_s": round(chunk.offset_s, 6), **timed_json(chunk.words)}
 
     def audio(self, data: bytes, chunk: AudioChunkMsg | None) -> bytes:
         if not data:  # a codec holding samples until it has a frame's worth: no event

@@ -34,7 +34,7 @@ from ttsvc.gateway.http.bodies import SynthesizeRequest
 from ttsvc.gateway.http.caller import http_caller
 from ttsvc.gateway.http.speech import synthesis_response
 from ttsvc.gateway.http.sse import AudioBody, event
-from ttsvc.protocol import AudioChunkMsg
+from ttsvc.protocol import AudioChunkMsg, timed_json
 
 PATH = "/synthesize/with-timestamps"
 MEDIA_TYPES = {"jsonl": "application/x-ndjson", "sse": "text/event-stream"}
@@ -52,7 +52,7 @@ class TimestampedRequest(SynthesizeRequest):
 def chunk_json(msg: AudioChunkMsg, audio: bytes) -> dict[str, object]:
     """One chunk as clients receive it: its encoded ``audio`` and the words starting in it."""
     return {"audio": base64.b64encode(audio).decode("ascii"), "offset_s": round(msg.offset_s, 6),
-            "words": [w.to_json() for w in msg.words]}  # fmt: skip
+            **timed_json(msg.words)}  # fmt: skip
 
 
 class CaptionBody(AudioBody):

@@ -24,14 +24,13 @@ server → client
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from ttsvc.errors import InvalidParameter, TTSError
 from ttsvc.gateway.core.order import VoiceSettings
-from ttsvc.protocol import AudioChunkMsg
+from ttsvc.protocol import AudioChunkMsg, WordTime
 
 
 class StartMessage(VoiceSettings):
@@ -109,9 +108,8 @@ def chunk_words(chunk: AudioChunkMsg, start_s: float, at: int) -> list[dict[str,
     the sentence began in the session's text) is added."""
     out: list[dict[str, Any]] = []
     for word in getattr(chunk, "words", ()):
-        is_record = dataclasses.is_dataclass(word) and not isinstance(word, type)
-        entry = dict(dataclasses.asdict(word) if is_record else word)
-        for edge in ("start", "end"):
+        entry = dict(word.to_json() if isinstance(word, WordTime) else word)
+        for edge in ("start", "end", "time"):
             if isinstance(entry.get(edge), (int, float)):
                 entry[edge] = round(entry[edge] + start_s, 6)
         span = entry.get("text_span")

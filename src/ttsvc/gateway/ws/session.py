@@ -48,6 +48,7 @@ from ttsvc.gateway.ws.messages import (
 from ttsvc.observability.logs import get_logger
 from ttsvc.protocol import AudioChunkMsg
 from ttsvc.text.incremental import SentenceBuffer
+from ttsvc.text.ssml import is_ssml
 from ttsvc.voice import SAMPLE_RATE
 
 log = get_logger("stream_ws")
@@ -69,6 +70,8 @@ class _Sentence:
     """First of its turn (the session's first, or the first after a flush): no silence before."""
     complete_at: float
     """When it became complete (``perf_counter``): latency of a refusal counts from here."""
+    ssml: bool = False
+    """An SSML document (one append), said as one request."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,8 @@ class StreamSession:
         self.sid = uuid.uuid4().hex
         self.buffer = SentenceBuffer(state.settings.max_sentence_chars)
         self.template: SpeechOrder | None = None
+        self.ssml: bool | None = None
+        """Appends are SSML documents (``True``), text (``False``), or as each starts."""
         self.rate = SAMPLE_RATE
         self.silence = b""
         self.sentences = 0
@@ -215,6 +220,11 @@ class StreamSession:
             limit = self.state.settings.max_text_chars
             if len(msg.text) > limit:
                 raise TextTooLong(f"text is over {limit} characters", field="text")
+            if self._is_document(msg.text):  # said whole, after what was pending before it
+                self._queue(self.buffer.flush())
+                self.unplaced += msg.text
+                self._queue([msg.text], ssml=True)
+                return
             self.unplaced += msg.text
             self._queue(self.buffer.append(msg.text))
             return
@@ -232,7 +242,9 @@ class StreamSession:
         if msg.timestamps:
             self.state.require_durations(voice)
         speaker = await self.state.speaker_of(voice, msg.speaker)
-        template = SpeechOrder.from_settings(msg, text="", voice=voice, speaker=speaker,
+        self.ssml = msg.ssml
+        template = SpeechOrder.from_settings(msg.model_copy(update={"ssml": None}), text="",
+                                             voice=voice, speaker=speaker,
                                              format=fmt, stream=True, api=API,
                                              timestamps=msg.timestamps)  # fmt: skip
         self.rate = template.sample_rate or self.state.native_rate(voice)
@@ -241,7 +253,18 @@ class StreamSession:
         await self._emit({"type": "started", "session": self.sid, "sample_rate": self.rate,
                           "encoding": "pcm_s16le", "voice": voice})  # fmt: skip
 
-    def _queue(self, sentences: list[str]) -> None:
+    def _is_document(self, text: str) -> bool:
+        """Whether an append is an SSML document: as ``start`` said (``ssml``), else if it
+        starts with ``<speak``. One document per append: markup cut across appends cannot be
+        read before its end, which would hold back the audio of everything before it."""
+        if self.ssml is None:
+            return is_ssml(text)
+        if self.ssml and not is_ssml(text):
+            raise InvalidParameter("the session reads SSML (ssml: true): each append must be "
+                                   "one document starting with <speak", field="text")  # fmt: skip
+        return self.ssml
+
+    def _queue(self, sentences: list[str], ssml: bool = False) -> None:
         now = time.perf_counter()
         for text in sentences:
             # a sentence is a stripped piece of the text, in order: it is found from the last
@@ -249,7 +272,8 @@ class StreamSession:
             at = self.unplaced_at + found
             self.unplaced = self.unplaced[found + len(text):]
             self.unplaced_at = at + len(text)
-            self.items.put_nowait(_Sentence(self.sentences, text, at, self.turn_start, now))
+            self.items.put_nowait(_Sentence(self.sentences, text, at, self.turn_start, now,
+                                            ssml))  # fmt: skip
             self.backlog += len(text)
             self.sentences += 1
             self.turn_start = False
@@ -272,7 +296,7 @@ class StreamSession:
         """Dispatch one sentence; a refusal is recorded as HTTP records one. A session's own
         next sentence refused for a slot its previous one holds waits for that one instead."""
         assert self.template is not None
-        order = dataclasses.replace(self.template, text=sentence.text)
+        order = dataclasses.replace(self.template, text=sentence.text, ssml=sentence.ssml)
         while True:
             # each try is a request of its own, recorded once (by its exchange or as refused)
             caller = Caller(started=sentence.complete_at, key=self.key,
@@ -356,7 +380,9 @@ class StreamSession:
                                       "offset": self.offset,
                                       "audio": base64.b64encode(pcm).decode("ascii")}  # fmt: skip
         if chunk is not None and (words := chunk_words(chunk, start / self.rate, sentence.at)):
-            message["words"] = words
+            message["words"] = [w for w in words if "mark" not in w]
+            if marks := [w for w in words if "mark" in w]:
+                message["marks"] = marks
         self.offset += len(pcm) // 2
         await self._emit(message)
 

@@ -6,6 +6,7 @@ const $ = (id) => document.getElementById(id);
 const result = $("result");
 let audioContext = null;
 let objectUrl = null;
+let speaking = 0; // which request the page is playing: counts the clicks on Speak
 
 function headers(json) {
   const h = json ? { "content-type": "application/json" } : {};
@@ -107,8 +108,49 @@ function wavOf(parts, bytes, rate) {
   return new Blob([header, ...parts], { type: "audio/wav" });
 }
 
-// format=pcm: 16-bit little-endian mono, played chunk by chunk as it arrives.
-async function playPcm(response, started) {
+// The timestamped route's JSON lines as {pcm, words} pieces (its last line, {done}, ends
+// them): each line's audio is base64 PCM whose words start in it.
+async function* timedPieces(response, onFirst) {
+  const decoder = new TextDecoder();
+  let pending = "";
+  for await (const value of arriving(response, onFirst)) {
+    pending += decoder.decode(value, { stream: true });
+    const lines = pending.split("\n");
+    pending = lines.pop();
+    for (const line of lines) {
+      if (!line.trim()) continue;
+      const piece = JSON.parse(line);
+      if (piece.done) return;
+      const raw = atob(piece.audio);
+      const pcm = new Uint8Array(raw.length);
+      for (let i = 0; i < raw.length; i++) pcm[i] = raw.charCodeAt(i);
+      yield { pcm, words: piece.words };
+    }
+  }
+}
+
+// The plain audio stream as the same pieces, without words.
+async function* plainPieces(response, onFirst) {
+  for await (const value of arriving(response, onFirst)) yield { pcm: value, words: [] };
+}
+
+// The word being spoken, marked in the text it came from (its text_span), on the audio clock;
+// a word of an earlier request (its timer still pending) marks nothing.
+function highlight(text, word, at, turn) {
+  const delay = Math.max(0, (at - audioContext.currentTime) * 1000);
+  setTimeout(() => {
+    if (turn !== speaking) return;
+    const [start, end] = word.text_span;
+    const mark = document.createElement("mark");
+    mark.textContent = text.slice(start, end);
+    $("spoken").replaceChildren(text.slice(0, start), mark, text.slice(end));
+    result.dataset.highlighted = String(Number(result.dataset.highlighted || 0) + 1);
+  }, delay);
+}
+
+// format=pcm: 16-bit little-endian mono, played piece by piece as it arrives, its words
+// highlighted as they are heard.
+async function playPcm(response, started, text, turn) {
   const rate = Number(response.headers.get("x-sample-rate"));
   result.dataset.rate = String(rate);
   let playAt = 0;
@@ -118,8 +160,12 @@ async function playPcm(response, started) {
   let played = 0;
   const parts = [];
   result.dataset.played = "0";
+  $("spoken").textContent = text;
   // the first chunk is heard as soon as it is scheduled (50 ms ahead of the audio clock)
-  for await (const value of arriving(response, () => firstAudio(started, "(first audio bytes)"))) {
+  const onFirst = () => firstAudio(started, "(first audio bytes)");
+  const timed = response.headers.get("content-type").startsWith("application/x-ndjson");
+  const pieces = timed ? timedPieces(response, onFirst) : plainPieces(response, onFirst);
+  for await (const { pcm: value, words } of pieces) {
     bytes += value.length;
     parts.push(value);
     let data = value;
@@ -134,6 +180,10 @@ async function playPcm(response, started) {
       data = data.subarray(0, data.length - 1);
     }
     const count = data.length / 2;
+    const startsAt = Math.max(playAt, audioContext.currentTime + 0.05);
+    // the words starting in this piece (a piece may carry words before its audio): heard as far
+    // after the piece's first sample as they are after it in the stream (the samples before it)
+    for (const word of words) highlight(text, word, startsAt + word.start - samples / rate, turn);
     if (!count) continue;
     const view = new DataView(data.buffer, data.byteOffset, data.length);
     const buffer = audioContext.createBuffer(1, count, rate);
@@ -147,7 +197,7 @@ async function playPcm(response, started) {
       played += count;
       result.dataset.played = String(played);
     };
-    playAt = Math.max(playAt, audioContext.currentTime + 0.05);
+    playAt = startsAt;
     source.start(playAt);
     playAt += buffer.duration;
     samples += count;
@@ -177,6 +227,7 @@ async function playWhole(response, started, format) {
 
 async function speak(event) {
   event.preventDefault();
+  const turn = ++speaking;
   const button = $("speak");
   button.disabled = true;
   $("error").hidden = true;
@@ -185,6 +236,8 @@ async function speak(event) {
   $("player").hidden = true;
   $("download").hidden = true;
   $("ttfa-how").textContent = "";
+  $("spoken").textContent = "";
+  delete result.dataset.highlighted;
   delete result.dataset.ttfaMs;
   result.dataset.state = "waiting";
   progress(0, 0);
@@ -196,6 +249,7 @@ async function speak(event) {
   };
   if ($("voice").value) body.voice = $("voice").value;
   if ($("rate").value) body.sample_rate = Number($("rate").value);
+  body.ssml = $("ssml").checked; // unchecked: markup is read out as text, not as SSML
   if (format === "pcm") {
     // created in the click's handler: browsers only let a user gesture start audio
     audioContext = audioContext || new AudioContext();
@@ -203,17 +257,20 @@ async function speak(event) {
   }
   const started = performance.now();
   try {
-    const response = await fetch("synthesize", {
-      method: "POST",
-      headers: headers(true),
-      body: JSON.stringify(body),
-    });
+    const post = (path) =>
+      fetch(path, { method: "POST", headers: headers(true), body: JSON.stringify(body) });
+    // pcm comes with its word times, to mark each word as it is heard; a voice compiled without
+    // phoneme durations has none (409): then the plain stream
+    let response = await post(format === "pcm" ? "synthesize/with-timestamps" : "synthesize");
+    if (format === "pcm" && response.status === 409) response = await post("synthesize");
     if (!response.ok) {
       showError(await apiError(response));
       return;
     }
     result.dataset.state = "streaming";
-    await (format === "pcm" ? playPcm(response, started) : playWhole(response, started, format));
+    await (format === "pcm"
+      ? playPcm(response, started, body.text, turn)
+      : playWhole(response, started, format));
     result.dataset.state = "done";
   } catch (err) {
     showError(`request failed: ${err}`);
@@ -225,6 +282,13 @@ async function speak(event) {
 $("speak-form").addEventListener("submit", speak);
 $("speed").addEventListener("input", () => {
   $("speed-value").textContent = Number($("speed").value).toFixed(2);
+});
+// Switching SSML on wraps plain text in a document to start from; off leaves the text alone.
+$("ssml").addEventListener("change", () => {
+  const text = $("text");
+  if ($("ssml").checked && !text.value.trim().startsWith("<speak")) {
+    text.value = `<speak>${text.value.replace(/&/g, "&amp;").replace(/</g, "&lt;")}</speak>`;
+  }
 });
 $("key").addEventListener("change", loadVoices);
 loadVoices();

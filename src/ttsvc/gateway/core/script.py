@@ -1,0 +1,113 @@
+"""What a request asks the worker to say: its SSML read into a script, the lexicons applied.
+
+In the gateway, before any worker is picked, so that every refusal (malformed or unsafe SSML, a
+phoneme the voice lacks, an unknown lexicon) is a 422 that touches no worker and costs no slot.
+A plain text request that no lexicon changes sends no script at all: the worker reads its text
+as it always did, and nothing here costs it more than a lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ttsvc.errors import InvalidSsml
+from ttsvc.gateway.core.order import SpeechOrder
+from ttsvc.protocol import Script, ScriptItem, ScriptRun, ScriptText
+from ttsvc.text.lexicon import LexiconSet, Match
+from ttsvc.text.ssml import parse_ssml
+from ttsvc.voice import VoiceConfig
+
+if TYPE_CHECKING:
+    from ttsvc.gateway.core.state import GatewayState
+
+
+async def compose(state: GatewayState, order: SpeechOrder) -> tuple[Script | None, str]:
+    """The script ``order`` makes (``None``: plain text, read as it is) and its spoken text.
+
+    A request admission refuses anyway (draining, over the cap, empty) is left for it to
+    refuse, unread."""
+    field = "input" if order.api == "openai" else "text"
+    lexicons = state.lexicons.current if state.lexicons is not None else LexiconSet()
+    if not order.ssml and not order.lexicons and not len(lexicons):
+        return None, order.text
+    if state.draining or len(order.text) > state.settings.max_text_chars \
+            or not order.text.strip():  # fmt: skip
+        return None, order.text
+    config = await _config(state, order.voice)
+    if order.ssml:
+        try:
+            parsed = parse_ssml(
+                order.text, unknown=state.settings.ssml_unknown_elements,
+                symbols=None if config is None else frozenset(config.phoneme_id_map),
+                voice_ok=lambda name: state.aliases.get(name, name) == order.voice,
+            )  # fmt: skip
+        except InvalidSsml as exc:
+            raise InvalidSsml(exc.message, line=exc.line, column=exc.column, field=field) from exc
+        script, spoken = parsed.script, parsed.text
+        named = order.lexicons if order.lexicons is not None else (parsed.lexicons or None)
+    else:
+        script = (ScriptRun((ScriptText(order.text, (0, len(order.text))),)),)
+        spoken, named = order.text, order.lexicons
+    if named is not None:
+        names = named
+    else:  # unnamed: those of the voice's language
+        names = () if config is None else lexicons.for_language(config.espeak_voice)
+    if not names:
+        return (script if order.ssml else None), spoken
+    applied = apply_lexicons(script, lexicons, names)
+    if not order.ssml and applied == script:
+        return None, spoken  # no word of the text is in them: read as plain text
+    return applied, spoken
+
+
+def apply_lexicons(script: Script, lexicons: LexiconSet, names: Sequence[str]) -> Script:
+    """``script`` with the named lexicons applied to the document's own words (not to what a
+    ``sub`` or ``say-as`` wrote, nor inside a ``phoneme``): a match with an alias is read as
+    the alias, one with a pronunciation said by its symbols; each keeps the span of the words it
+    replaced. ``UnknownLexicon`` for a name that is not loaded."""
+    out: list[ScriptItem] = []
+    for item in script:
+        if not isinstance(item, ScriptRun):
+            out.append(item)
+            continue
+        pieces: list[ScriptText] = []
+        for piece in item.pieces:
+            if piece.phonemes is not None or not piece.verbatim:
+                pieces.append(piece)
+                continue
+            pieces.extend(_rewritten(piece, lexicons.find(piece.text, names)))
+        out.append(replace(item, pieces=tuple(pieces)))
+    return tuple(out)
+
+
+def _rewritten(piece: ScriptText, matches: list[Match]) -> list[ScriptText]:
+    """``piece`` cut at ``matches``: the text between them as it was, each match rewritten."""
+    if not matches:
+        return [piece]
+    base = piece.source[0]
+    out: list[ScriptText] = []
+    cursor = 0
+    for match in matches:
+        if match.start > cursor:
+            out.append(ScriptText(piece.text[cursor:match.start],
+                                  (base + cursor, base + match.start)))  # fmt: skip
+        span = (base + match.start, base + match.end)
+        lexeme, written = match.lexeme, piece.text[match.start:match.end]
+        if lexeme.phoneme is not None:
+            out.append(ScriptText(written, span, verbatim=False, phonemes=lexeme.phoneme))
+        else:
+            out.append(ScriptText(f" {lexeme.alias} ", span, verbatim=False))
+        cursor = match.end
+    if cursor < len(piece.text):
+        out.append(ScriptText(piece.text[cursor:], (base + cursor, piece.source[1])))
+    return out
+
+
+async def _config(state: GatewayState, voice: str) -> VoiceConfig | None:
+    """The Piper config of the voice's served version (its phoneme symbols, its language)."""
+    swapper = state.catalog.get(voice) if state.catalog is not None else None
+    if swapper is None or swapper.current is None:
+        return None
+    return VoiceConfig.from_piper(await state.voice_config(swapper.current), voice)

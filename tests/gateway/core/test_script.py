@@ -1,0 +1,130 @@
+"""What a request asks the worker to say, in process on the scripted pool: SSML read into a
+script and lexicons applied in the gateway, every refusal before any worker is asked."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tests.gateway.core.conftest import Core, chunk, order
+from ttsvc.errors import InvalidSsml, UnknownLexicon
+from ttsvc.gateway.core.caller import Caller
+from ttsvc.gateway.core.exchange import start_exchange
+from ttsvc.gateway.core.order import SpeechOrder
+from ttsvc.lifecycle.lexicons import LexiconStore
+from ttsvc.protocol import ScriptBreak, ScriptRun, SynthesisJob
+
+PLS = """<?xml version="1.0" encoding="UTF-8"?>
+<lexicon version="1.0" xmlns="http://www.w3.org/2005/01/pronunciation-lexicon"
+         alphabet="ipa" xml:lang="en-US">
+  <lexeme><grapheme>ttsvc</grapheme><alias>tee tee ess vee see</alias></lexeme>
+  <lexeme><grapheme>Acme</grapheme><phoneme>ˈækmi</phoneme></lexeme>
+</lexicon>
+"""
+
+
+def dispatch(core: Core, speech: SpeechOrder) -> SynthesisJob:
+    """Start ``speech`` and return the job its worker got (answered, so the exchange starts)."""
+
+    async def go() -> SynthesisJob:
+        started = asyncio.ensure_future(start_exchange(core.state, speech, Caller()))
+        job = await core.dispatched()
+        core.say(chunk(job.uid, b"\0\0"))
+        exchange, _ = await started
+        exchange.release_encoder()
+        return job
+
+    return core.run(go())
+
+
+def refused(core: Core, speech: SpeechOrder) -> Exception:
+    with pytest.raises(Exception) as caught:
+        core.run(start_exchange(core.state, speech, Caller()))
+    assert core.sent() == []  # no worker was asked
+    return caught.value
+
+
+@pytest.fixture(autouse=True)
+def room_for_markup(core: Core) -> None:
+    """The core's text cap (40) is set for its own tests; markup needs more."""
+    core.state.settings = core.settings.model_copy(update={"max_text_chars": 1000})
+
+
+@pytest.fixture
+def lexicons(core: Core, tmp_path: Path) -> LexiconStore:
+    (tmp_path / "lexicons").mkdir()
+    (tmp_path / "lexicons" / "brands.pls").write_text(PLS, encoding="utf-8")
+    store = LexiconStore(tmp_path)
+    store.reload()
+    core.state.lexicons = store
+    return store
+
+
+def test_plain_text_sends_no_script(core: Core) -> None:
+    core.ready()
+    job = dispatch(core, order("Hello there."))
+    assert job.script is None and job.text == "Hello there."
+
+
+def test_ssml_travels_as_a_script_with_its_spoken_text(core: Core) -> None:
+    core.ready()
+    source = '<speak>Hello <break time="300ms"/>there.</speak>'
+    job = dispatch(core, dataclasses.replace(order(source), ssml=True))
+    assert job.script is not None
+    assert [type(i) for i in job.script] == [ScriptRun, ScriptBreak, ScriptRun]
+    assert job.text == "Hello there."
+
+
+@pytest.mark.parametrize("api,field", [("synthesize", "text"), ("openai", "input")])
+def test_bad_ssml_touches_no_worker(core: Core, api: str, field: str) -> None:
+    core.ready()
+    speech = dataclasses.replace(order("<speak><s>x</speak>", api=api), ssml=True)
+    error = refused(core, speech)
+    assert isinstance(error, InvalidSsml) and error.field == field
+    assert "line 1" in error.message
+
+
+def test_a_named_lexicon_rewrites_the_words_it_has(core: Core, lexicons: LexiconStore) -> None:
+    core.ready()
+    text = "Acme runs ttsvc."
+    job = dispatch(core, dataclasses.replace(order(text), lexicons=("brands",)))
+    assert job.script is not None and job.text == text
+    (run,) = job.script
+    assert isinstance(run, ScriptRun)
+    acme = next(p for p in run.pieces if p.phonemes)
+    alias = next(p for p in run.pieces if "tee" in p.text)
+    assert (acme.phonemes, text[acme.source[0] : acme.source[1]]) == ("ˈækmi", "Acme")
+    assert text[alias.source[0] : alias.source[1]] == "ttsvc"
+
+
+def test_text_no_lexicon_changes_stays_plain(core: Core, lexicons: LexiconStore) -> None:
+    core.ready()
+    job = dispatch(core, dataclasses.replace(order("Nothing here."), lexicons=("brands",)))
+    assert job.script is None
+
+
+def test_an_unknown_lexicon_touches_no_worker(core: Core, lexicons: LexiconStore) -> None:
+    core.ready()
+    error = refused(core, dataclasses.replace(order("Hi."), lexicons=("nope",)))
+    assert isinstance(error, UnknownLexicon) and error.status == 422
+    ssml = '<speak><lexicon uri="nope"/>Hi.</speak>'
+    assert isinstance(refused(core, dataclasses.replace(order(ssml), ssml=True)), UnknownLexicon)
+
+
+def test_lexicons_apply_inside_ssml_but_not_to_what_markup_wrote(
+    core: Core, lexicons: LexiconStore
+) -> None:
+    core.ready()
+    source = (
+        '<speak><lexicon uri="brands"/>Acme and <sub alias="Acme">ACME</sub> '
+        '<say-as interpret-as="characters">ttsvc</say-as></speak>'
+    )
+    job = dispatch(core, dataclasses.replace(order(source), ssml=True))
+    assert job.script is not None
+    (run,) = job.script
+    assert isinstance(run, ScriptRun)
+    assert [p.phonemes for p in run.pieces if p.phonemes] == ["ˈækmi"]  # the first Acme only
+    assert any(p.text.strip() == "T T S V C" for p in run.pieces)

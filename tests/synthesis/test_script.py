@@ -1,0 +1,125 @@
+"""A script (SSML) through the real voice: breaks, rates and volumes measured in the audio, marks
+timed to the frame, word spans into the document."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ttsvc.errors import NothingToSay
+from ttsvc.protocol import WordTime
+from ttsvc.synthesis.params import SynthesisParams
+from ttsvc.synthesis.synthesizer import Synthesizer
+from ttsvc.text.ssml import parse_ssml
+
+QUIET = SynthesisParams(noise_scale=0.0, noise_w=0.0, timestamps=True)
+
+
+def say(synth: Synthesizer, source: str,
+        params: SynthesisParams = QUIET) -> tuple[np.ndarray, list[WordTime]]:  # fmt: skip
+    parsed = parse_ssml(source, symbols=set(synth.engines.voice.phoneme_id_map))
+    chunks = list(synth.stream("", params, script=parsed.script))
+    assert chunks[-1].last and sum(c.last for c in chunks) == 1
+    offsets = [c.offset for c in chunks]
+    assert offsets == sorted(offsets)
+    return np.concatenate([c.samples for c in chunks]), [w for c in chunks for w in c.words]
+
+
+def words_of(timed: list[WordTime]) -> list[WordTime]:
+    return [w for w in timed if not w.mark]
+
+
+def test_a_break_at_a_sentence_end_adds_exactly_its_time(synth: Synthesizer) -> None:
+    plain, _ = say(synth, "<speak>Hello there. Call me now.</speak>")
+    broken, _ = say(synth, '<speak>Hello there. <break time="700ms"/>Call me now.</speak>')
+    assert len(broken) - len(plain) == round(0.7 * synth.sample_rate)
+    cut = len(say(synth, "<speak>Hello there.</speak>")[0])
+    # the same audio on either side, the silence between longer by the break
+    assert np.array_equal(broken[:cut], plain[:cut])
+    assert np.array_equal(broken[-(len(plain) - cut) :], plain[cut:])
+
+
+def test_a_break_mid_sentence_is_silence_of_its_length(synth: Synthesizer) -> None:
+    audio, timed = say(synth, '<speak>Wait <break time="700ms"/>for it.</speak>')
+    wait, after = words_of(timed)[0], words_of(timed)[1]
+    gap = audio[round(wait.end * synth.sample_rate) : round(after.start * synth.sample_rate)]
+    frame = synth.hop
+    assert after.start - wait.end >= 0.7 - frame / synth.sample_rate
+    assert np.count_nonzero(np.abs(gap.astype(np.int32)) < 64) >= 0.7 * synth.sample_rate - frame
+
+
+def test_a_leading_break_delays_everything(synth: Synthesizer) -> None:
+    plain, words = say(synth, "<speak>Hello.</speak>")
+    late, later = say(synth, '<speak><break time="1s"/>Hello.</speak>')
+    assert len(late) - len(plain) == synth.sample_rate
+    assert not late[: synth.sample_rate].any()
+    assert later[0].start == pytest.approx(words[0].start + 1.0)
+
+
+def test_a_slow_rate_lengthens_its_span_and_nothing_else(synth: Synthesizer) -> None:
+    _, plain = say(synth, "<speak>One two. Three four. Five six.</speak>")
+    _, slow = say(synth, '<speak>One two. <prosody rate="x-slow">Three four.</prosody> '
+                         "Five six.</speak>")  # fmt: skip
+    lengths = [[w.end - w.start for w in words_of(t)] for t in (plain, slow)]
+    assert lengths[1][:2] == pytest.approx(lengths[0][:2], abs=1e-9)
+    assert lengths[1][4:] == pytest.approx(lengths[0][4:], abs=1e-9)
+    for before, after in zip(lengths[0][2:4], lengths[1][2:4], strict=True):
+        assert after > 1.5 * before
+
+
+def test_volume_scales_the_samples(synth: Synthesizer) -> None:
+    loud, _ = say(synth, "<speak>Hello there.</speak>")
+    soft, _ = say(synth, '<speak><prosody volume="-6dB">Hello there.</prosody></speak>')
+    assert len(soft) == len(loud)
+    ratio = np.abs(soft).max() / np.abs(loud).max()
+    assert ratio == pytest.approx(10 ** (-6 / 20), rel=0.01)
+    hush, _ = say(synth, '<speak><prosody volume="silent">Hello there.</prosody></speak>')
+    assert not hush.any()
+
+
+def test_marks_are_timed_to_the_frame_and_spans_index_the_document(synth: Synthesizer) -> None:
+    source = (
+        '<speak><mark name="start"/>Call <say-as interpret-as="digits">42</say-as> '
+        '<mark name="mid"/>now, <phoneme ph="təmˈɑːtoʊ">tomato</phoneme> please.'
+        '<mark name="end"/></speak>'
+    )
+    audio, timed = say(synth, source)
+    frame_s = synth.hop / synth.sample_rate
+    marks = {w.word: w for w in timed if w.mark}
+    words = words_of(timed)
+    assert [w.word for w in words] == ["Call", "four", "two", "now", "tomato", "please"]
+    assert [source[w.text_span[0] : w.text_span[1]] for w in words] == [
+        "Call",
+        "42",
+        "42",
+        "now",
+        "tomato",
+        "please",
+    ]
+    now = next(w for w in words if w.word == "now")
+    assert marks["mid"].start == now.start
+    assert marks["start"].start == words[0].start
+    assert abs(marks["end"].start - len(audio) / synth.sample_rate) < frame_s
+    for name, mark in marks.items():
+        assert source[mark.text_span[0] :].startswith(f'<mark name="{name}"')
+        assert round(mark.start / frame_s, 6).is_integer()  # on a frame boundary
+
+
+def test_a_phoneme_says_its_symbols(synth: Synthesizer) -> None:
+    (run,) = parse_ssml('<speak>A <phoneme ph="təmˈɑːtoʊ">tomato</phoneme>.</speak>').script
+    (sentence,) = synth.frontend.run_sentences(run, words=True)  # type: ignore[arg-type]
+    assert "təmˈɑːtoʊ" in "".join(sentence.phonemes)
+    tomato = sentence.words[-1]
+    id_map = synth.engines.voice.phoneme_id_map
+    assert sentence.ids[tomato.ids[0]] == id_map["t"][0]
+
+
+def test_nothing_to_say_in_any_run(synth: Synthesizer) -> None:
+    with pytest.raises(NothingToSay):
+        say(synth, '<speak>... <break time="1s"/> !!</speak>')
+
+
+def test_without_timestamps_marks_cost_nothing(synth: Synthesizer) -> None:
+    params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
+    audio, timed = say(synth, '<speak>Hi <mark name="m"/>there.</speak>', params)
+    assert timed == [] and len(audio)
