@@ -93,6 +93,10 @@ class Settings(BaseSettings):
     """Sentences longer than this are split at clauses for streaming."""
     max_text_chars: int = Field(4096, ge=1, le=100_000)
     """Longest text accepted per request."""
+    lexicons_dir: Path | None = None
+    """Where the pronunciation lexicons (PLS files) are read from; unset: ``lexicons/`` in the
+    engines directory. The chart sets it to its ConfigMap's mount, apart from the (read-only)
+    engines mount."""
     ssml_unknown_elements: Literal["reject", "ignore"] = "reject"
     """An SSML element ttsvc does not speak: ``reject`` answers 422 naming it and its line;
     ``ignore`` speaks its text as if it were not there."""

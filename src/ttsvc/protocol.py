@@ -66,6 +66,9 @@ class ScriptRun:
     marks: tuple[tuple[str, int], ...] = ()
     """SSML ``mark`` names and their offsets in the request text: each is timed at the first
     word that starts at or after it (or at the run's end)."""
+    voice: str | None = None
+    """Another served voice to say it in (SSML's ``voice``; ``None``: the request's), its audio
+    resampled to the request voice's rate."""
 
 
 @dataclass(frozen=True)

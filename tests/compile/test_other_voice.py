@@ -83,8 +83,8 @@ def test_speaks_at_its_rate_and_its_length_scale(
     # the same phoneme ids isolate the length scale (same graph): the derived voice's audio is
     # the default voice's slowed by 1.3 (frames are rounded up per phoneme, so their ratio is
     # not 1.3 itself). A speed is relative to the voice's own rate: above 1 its frames are its
-    # speed-1 frames over the speed (compile/speed.py), so speed 1.3 makes the derived voice's
-    # audio 1.3x shorter, not the default voice's rounded-up frames again
+    # speed-1 frames shared out over the speed (compile/speed.py), so speed 1.3 makes the derived
+    # voice's audio 1.3x shorter, not the default voice's rounded-up frames again
     ids = synth.sentences(TEXT)[0].ids
     slow, plain = derived.one_shot(ids, QUIET), synth.one_shot(ids, QUIET)
     assert len(slow) > len(plain)

@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from ttsvc.compile.build import default_checkpoint
+from ttsvc.compile.speed import follow_speed, reference_durations
 from ttsvc.compile.split import SplitEngines, find_split, split_model
 from ttsvc.errors import GraphShapeError
 from ttsvc.text.frontend import TextFrontEnd
@@ -145,34 +146,71 @@ def test_frames_follow_speed_above_1_and_are_pipers_at_or_below(
     voice_model: onnx.ModelProto, voice_config: VoiceConfig, voice_scale: float
 ) -> None:
     """Above speed 1 the frame count follows 1/speed (to a frame, Piper's rounding up gave ~2x
-    at speed 4); at speed 1 and below every output is Piper's own graph's, to the bit. The
-    durations stay the frames the latents were expanded to, zero-frame ids included. Found by
-    structure (every tensor renamed) and for a voice whose own length scale is not 1."""
-    engines = split_model(_renamed(voice_model), "flow", voice_scale)
+    at speed 4) and every phoneme keeps a frame: only pad ids may get none; at speed 1 and below
+    every output is Piper's own graph's, to the bit. The durations stay the frames the latents
+    were expanded to, zero-frame pads included, and are the numpy rule's. Found by structure
+    (every tensor renamed) and for a voice whose own length scale is not 1."""
+    pads = voice_config.phoneme_id_map["_"]
+    engines = split_model(_renamed(voice_model), "flow", voice_scale, pads)
     assert engines.split.follows_speed
     piper = split_model(voice_model, "flow")
     assert not piper.split.follows_speed
     (sentence,) = TextFrontEnd(voice_config).sentences("The quick brown fox jumps over a dog.")
     ids = np.asarray([sentence.ids], dtype=np.int64)
-    speeds = [0.25, 0.5, 1.0, 2.0, 3.0, 4.0]
+    is_pad = np.isin(ids, pads)[:, None, :]
+    speeds = [0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0]
     scales = [voice_scale / speed for speed in speeds]
     ours, theirs = _acoustic_runs(engines, ids, scales), _acoustic_runs(piper, ids, scales)
     for speed, got, expected in zip(speeds, ours, theirs, strict=True):
         if speed <= 1.0:
             for a, b in zip(got, expected, strict=True):
                 np.testing.assert_array_equal(a, b)
+    d1 = ours[speeds.index(1.0)][2]
     frames = {speed: run[0].shape[2] for speed, run in zip(speeds, ours, strict=True)}
-    for speed in (2.0, 3.0, 4.0):
+    for speed in (1.5, 2.0, 3.0, 4.0):
+        durations = ours[speeds.index(speed)][2]
         assert abs(frames[speed] - frames[1.0] / speed) <= 1, (speed, frames)
+        assert durations[~is_pad].min() >= 1, speed  # no phoneme vanishes
+        expected = reference_durations(d1.astype(np.float32), is_pad, speed, voice_scale)
+        np.testing.assert_array_equal(durations, expected.astype(np.int32))
     piper_4 = theirs[speeds.index(4.0)][0].shape[2]
     assert piper_4 > 1.5 * frames[1.0] / 4  # what the rewrite is for
+    # up to speed ~2 every id keeps a frame, as Piper's; the pads give theirs up past that
+    assert ours[speeds.index(1.5)][2].min() >= 1
 
     latents, _, durations = ours[speeds.index(4.0)]
-    assert durations.min() == 0 and int(durations.sum()) == latents.shape[2]
+    assert durations[is_pad].min() == 0 and int(durations.sum()) == latents.shape[2]
     z = latents[0]
     changes = [t for t in range(1, z.shape[1]) if not np.array_equal(z[:, t], z[:, t - 1])]
     bounds = {int(b) for b in np.cumsum(durations.reshape(-1))[:-1] if 0 < b < z.shape[1]}
     assert set(changes) <= bounds
+
+
+def test_without_pad_ids_no_id_loses_its_frame(
+    voice_model: onnx.ModelProto, voice_config: VoiceConfig
+) -> None:
+    """A voice with no pad ids to give up keeps a frame for every id: its speech follows 1/speed
+    while it can, then stops at one frame an id, as Piper's does, never shorter."""
+    engines = split_model(voice_model, "flow", 1.0, ())
+    assert engines.split.follows_speed
+    (sentence,) = TextFrontEnd(voice_config).sentences("The quick brown fox jumps over a dog.")
+    ids = np.asarray([sentence.ids], dtype=np.int64)
+    (fast, _, durations), (plain, _, _) = _acoustic_runs(engines, ids, [1 / 4.0, 1.0])
+    assert durations.min() >= 1 and fast.shape[2] == ids.shape[1] < plain.shape[2] / 2
+
+
+def test_a_graph_without_phoneme_ids_to_compare_keeps_pipers_durations(
+    voice_model: onnx.ModelProto,
+) -> None:
+    """The pads are told apart by the phoneme-id input; with no rank-2 integer input the
+    durations are computed from, no rule that could drop a phoneme is guessed."""
+    model = onnx.ModelProto()
+    model.CopyFrom(voice_model)
+    (ids,) = [i for i in model.graph.input if i.name == "input"]
+    ids.type.tensor_type.shape.dim.pop()  # rank 1: not recognisably [batch, ids] any more
+    durations = find_split(voice_model, "flow").durations
+    assert durations is not None
+    assert follow_speed(model, durations, 1.0) is None
 
 
 def test_a_graph_without_the_length_scale_product_keeps_pipers_durations(

@@ -10,7 +10,9 @@ is picked up. A derived three-speaker voice (``tests/speakers.py``) takes a spea
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import shutil
 import threading
 import wave
@@ -132,6 +134,26 @@ def test_aliases_and_openai_names_pick_voices(server: Server) -> None:
     body = unknown.json()
     assert body["type"] == "unknown_voice" and body["field"] == "voice"
     assert SECOND_VOICE in body["error"] and VOICE in body["error"]
+
+
+def test_ssml_switches_voices_inside_one_request(server: Server) -> None:
+    """One stream, two voices: the other voice's run is resampled to the request voice's rate
+    (both ways: 16000 Hz into 22050 Hz and back), word times cover both."""
+    alone = server.synth("Hello there.", format="pcm", **DET)
+    for voice, rate, other in ((VOICE, 22050, "narrator"), (SECOND_VOICE, 16000, VOICE)):
+        mixed = server.client.post("/synthesize/with-timestamps", json={
+            "text": f'<speak>Hello there. <voice name="{other}">Good day to you.</voice></speak>',
+            "voice": voice, **DET})  # fmt: skip
+        assert mixed.status_code == 200, mixed.text
+        assert mixed.headers["x-sample-rate"] == str(rate)
+        lines = [json.loads(line) for line in mixed.text.splitlines()]
+        assert lines[-1]["done"] is True
+        said = [w["word"] for line in lines[:-1] for w in line["words"]]
+        assert said == ["Hello", "there", "Good", "day", "to", "you"]
+        samples = sum(len(base64.b64decode(line["audio"])) for line in lines[:-1]) // 2
+        assert samples / rate > len(alone.content) / 2 / 22050 + 0.5  # both sentences said
+    unknown = server.synth('<speak><voice name="en_US-nobody">Hi.</voice></speak>')
+    assert unknown.status_code == 422 and "not a voice this service serves" in unknown.text
 
 
 def test_a_hot_swap_of_one_voice_leaves_the_other_untouched(

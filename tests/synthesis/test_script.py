@@ -3,11 +3,16 @@ timed to the frame, word spans into the document."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from ttsvc.errors import NothingToSay
+from tests.voices import SECOND_SAMPLE_RATE, SECOND_VOICE
+from ttsvc.backends.loader import load_engine_set
+from ttsvc.errors import NothingToSay, VoiceUnavailable
 from ttsvc.protocol import WordTime
+from ttsvc.repository.layout import EngineRepository
 from ttsvc.synthesis.params import SynthesisParams
 from ttsvc.synthesis.synthesizer import Synthesizer
 from ttsvc.text.ssml import parse_ssml
@@ -123,3 +128,41 @@ def test_without_timestamps_marks_cost_nothing(synth: Synthesizer) -> None:
     params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
     audio, timed = say(synth, '<speak>Hi <mark name="m"/>there.</speak>', params)
     assert timed == [] and len(audio)
+
+
+@pytest.fixture(scope="module")
+def second(second_voice_root: Path) -> Synthesizer:
+    """The derived second voice: 16000 Hz, a 1.3 length scale (``tests/voices.py``)."""
+    version = EngineRepository(second_voice_root).latest(SECOND_VOICE)
+    assert version is not None
+    return Synthesizer(load_engine_set(version.path))
+
+
+def test_a_run_in_another_voice_is_its_audio_at_the_stream_s_rate(
+    synth: Synthesizer, second: Synthesizer
+) -> None:
+    source = '<speak>Hello there. <voice name="narrator">Good day.</voice> Bye now.</speak>'
+    parsed = parse_ssml(source, voice_of=lambda _name: SECOND_VOICE)
+    chunks = list(synth.stream("", QUIET, script=parsed.script, voices={SECOND_VOICE: second}))
+    audio = np.concatenate([c.samples for c in chunks])
+    words = [w for c in chunks for w in c.words]
+    params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
+    first, last = (len(synth.synthesize(t, params)) for t in ("Hello there.", "Bye now."))
+    theirs = len(second.synthesize("Good day.", params))  # at 16000 Hz
+    pause = round(0.2 * synth.sample_rate)
+    middle = len(audio) - first - last - 2 * pause
+    assert abs(middle - theirs * synth.sample_rate / SECOND_SAMPLE_RATE) <= 2  # resampled
+    own = synth.synthesize("Hello there.", params).astype(np.int32)
+    assert np.abs(audio[:first].astype(np.int32) - own).max() <= 2  # streamed vs one-shot
+    good = next(w for w in words if w.word == "Good")
+    span_s = (first + pause) / synth.sample_rate, (first + pause + middle) / synth.sample_rate
+    assert span_s[0] <= good.start < span_s[1]
+    assert source[good.text_span[0]:good.text_span[1]] == "Good"
+    offsets = [c.offset for c in chunks]
+    assert offsets == sorted(offsets) and chunks[-1].offset + len(chunks[-1].samples) == len(audio)
+
+
+def test_a_voice_not_handed_to_the_stream_fails_it(synth: Synthesizer) -> None:
+    parsed = parse_ssml('<speak><voice name="x">Hi.</voice></speak>', voice_of=lambda _n: "x")
+    with pytest.raises(VoiceUnavailable):
+        list(synth.stream("", QUIET, script=parsed.script))

@@ -112,9 +112,10 @@ def test_stateful_and_context_engines_say_the_same(
 def test_fast_speech_is_as_short_as_asked_and_streams_as_one_shot(
     synth: Synthesizer, context_synth: Synthesizer
 ) -> None:
-    """At speed 4 the speech is a quarter of speed 1's (phoneme ids may get no frame at all,
-    ``compile/speed.py``), and both kinds of engines still stream it as they make it in one
-    shot, word times included (the durations are the frames the audio was made of)."""
+    """At speed 4 the speech is a quarter of speed 1's (pad ids may get no frame at all, every
+    phoneme keeps one: ``compile/speed.py``), and both kinds of engines still stream it as they
+    make it in one shot, word times included (the durations are the frames the audio was made
+    of)."""
     text = TEXTS[0]
     fast = DETERMINISTIC.model_copy(update={"speed": 4.0})
     for engines in (synth, context_synth):

@@ -138,9 +138,25 @@ def test_lexicon_names_are_collected() -> None:
 def test_emphasis_is_spoken_as_text_and_own_voice_passes() -> None:
     got = runs(
         '<speak><voice name="joe"><emphasis level="strong">Now</emphasis></voice></speak>',
-        voice_ok=lambda name: name == "joe",
+        voice_of=lambda name: None if name == "joe" else "",
     )
     assert said(got[0]) == "Now"
+
+
+def test_a_voice_element_makes_runs_in_that_voice() -> None:
+    got = runs('<speak>Mine, <voice name="narrator">theirs <voice name="joe">mine again'
+               '</voice></voice> and mine.</speak>',
+               voice_of=lambda name: {"narrator": "en_GB-x", "joe": None}.get(name, ""))
+    assert [(said(r).strip(), r.voice) for r in got] == [
+        ("Mine,", None), ("theirs", "en_GB-x"), ("mine again", None), ("and mine.", None)]
+
+
+def test_phonemes_are_checked_against_the_voice_that_says_them() -> None:
+    symbols = {None: set("abc"), "other": set("xyz")}
+    source = '<speak><voice name="o"><phoneme ph="xyz">w</phoneme></voice></speak>'
+    assert runs(source, symbols=symbols.get, voice_of=lambda _n: "other")[0].voice == "other"
+    assert "'x'" in refused(source.replace('name="o"', 'name="me"'), symbols=symbols.get,
+                            voice_of=lambda _n: None).message
 
 
 def test_unknown_elements_speak_their_text_when_ignored() -> None:
@@ -200,13 +216,13 @@ def test_depth_and_element_caps() -> None:
     ('<speak><sub>WWW</sub></speak>', "needs an alias"),
     ('<speak><phoneme alphabet="x-sampa" ph="a">a</phoneme></speak>', "x-sampa"),
     ('<speak><voice name="../../etc/passwd">a</voice></speak>', "no paths"),
-    ('<speak><voice name="other">a</voice></speak>', "switching voices"),
+    ('<speak><voice name="other">a</voice></speak>', "not a voice this service serves"),
     ('<speak><lexicon uri="/etc/lex.pls"/>a</speak>', "no paths"),
     ('<speak><say-as interpret-as="digits"><s>1</s></say-as></speak>', "may not be inside"),
     ("<voice>a</voice>", "not <speak>"),
 ])  # fmt: skip
 def test_refusals_name_the_reason(source: str, says: str) -> None:
-    assert says in refused(source, voice_ok=lambda name: name == "joe").message
+    assert says in refused(source, voice_of=lambda name: None if name == "joe" else "").message
 
 
 def test_phoneme_symbols_are_checked_against_the_voice() -> None:

@@ -65,6 +65,12 @@ Secret update reaches the service (a subPath mount would keep the old file forev
 /etc/ttsvc/keys
 {{- end }}
 
+{{/* Where the lexicons' ConfigMap is mounted: apart from the engines, whose (read-only)
+hostPath mount could not take a mount point inside it. */}}
+{{- define "ttsvc.lexiconsDir" -}}
+/etc/ttsvc/lexicons
+{{- end }}
+
 {{/* Checks the schema cannot express (it compares no two values). */}}
 {{- define "ttsvc.validate" -}}
 {{- if eq (int .Values.ports.http) (int .Values.ports.metrics) }}

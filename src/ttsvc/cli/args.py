@@ -46,6 +46,7 @@ _FLAG_FIELDS = {"engines_dir": "engines_dir", "voice": "voice", "threads": "thre
                 "wyoming_allow": "wyoming_allow",
                 "wyoming_max_connections": "wyoming_max_connections",
                 "ssml_unknown_elements": "ssml_unknown_elements",
+                "lexicons_dir": "lexicons_dir",
                 "openai_ssml": "openai_ssml"}  # fmt: skip
 
 

@@ -95,6 +95,9 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "the slots)")
     p.add_argument("--max-audio-s", type=float, default=None,
                    help="most audio seconds one request may produce (default 600)")
+    p.add_argument("--lexicons-dir", type=Path, default=None,
+                   help="where the pronunciation lexicons (PLS files) are read from (default: "
+                   "lexicons/ in the engines directory)")
     p.add_argument("--ssml-unknown-elements", choices=["reject", "ignore"], default=None,
                    help="an SSML element ttsvc does not speak: a 422 naming it, or its text "
                    "spoken")

@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import onnx
 
 from ttsvc.backends.base import SPEAKER_INPUT
-from ttsvc.compile.speed import follow_speed
+from ttsvc.compile.speed import PIPER_PAD_IDS, follow_speed
 from ttsvc.errors import GraphShapeError
 
 SplitPoint = Literal["flow", "decoder"]
@@ -278,20 +279,25 @@ class SplitEngines:
 
 
 def split_model(
-    model: onnx.ModelProto, split_at: SplitPoint = "flow", voice_length_scale: float | None = None
+    model: onnx.ModelProto,
+    split_at: SplitPoint = "flow",
+    voice_length_scale: float | None = None,
+    pad_ids: Sequence[int] = PIPER_PAD_IDS,
 ) -> SplitEngines:
     """Cut ``model`` at ``split_at`` into sentence, flow and vocoder engines; each engine that
     reads the speaker takes ``sid`` as an input of its own.
 
     With ``voice_length_scale`` (the voice config's), the sentence engine's durations follow
     1/speed above speed 1 (``compile/speed.py``) where the graph allows; without it they are
-    Piper's own. ``model`` itself is left as it was.
+    Piper's own. ``pad_ids`` are the voice's pad symbol's ids (``phoneme_id_map["_"]``, Piper's
+    0 unless given), the only ids that may get no frame above speed ~2. ``model`` itself is
+    left as it was.
     """
     split = find_split(model, split_at)
     if voice_length_scale is not None and split.durations is not None:
         rewritten = onnx.ModelProto()
         rewritten.CopyFrom(model)
-        durations = follow_speed(rewritten, split.durations, voice_length_scale)
+        durations = follow_speed(rewritten, split.durations, voice_length_scale, pad_ids)
         if durations is not None:
             model = rewritten
             split = dataclasses.replace(split, durations=durations, follows_speed=True)

@@ -127,7 +127,8 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             log.info("keys_loaded", path=str(keys.path), names=sorted(k.name for k in keys.keys))
             tasks.append(loop.create_task(keys.watch(state.limiter.forget)))
         lexicons = LexiconStore(settings.engines_dir, settle_s=settings.watch_settle_s,
-                                polling=settings.watch_polling, trust=trust)  # fmt: skip
+                                polling=settings.watch_polling, trust=trust,
+                                directory=settings.lexicons_dir)  # fmt: skip
         await asyncio.to_thread(lexicons.reload)  # a bad file is refused and logged, not fatal
         state.lexicons = lexicons
         tasks.append(loop.create_task(lexicons.watch()))

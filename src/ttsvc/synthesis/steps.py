@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ttsvc.backends.base import FloatArray, SentenceRun, StreamCarry
+from ttsvc.backends.base import EngineSet, FloatArray, SentenceRun, StreamCarry
 from ttsvc.protocol import WordTime
 
 Pcm16 = npt.NDArray[np.int16]
@@ -44,6 +44,9 @@ class FrameCall:
     carry: StreamCarry | None = None
     """A stateful engine's state for this stream's sentence (``None``: a windowed engine, run
     on ``inputs`` alone). The call advances it; it never leaves the stream."""
+    engines: EngineSet | None = None
+    """The engines to run it on when not the stream's own: a run of a script in another voice
+    (SSML's ``voice``)."""
 
 
 T = TypeVar("T")

@@ -14,12 +14,13 @@ starts early; later windows grow so the overlap's cost stays small against throu
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
 
+from ttsvc.audio.resample import StreamResampler
 from ttsvc.backends.base import (
     EngineSet,
     FloatArray,
@@ -28,7 +29,13 @@ from ttsvc.backends.base import (
     StreamCarry,
     StreamingEngine,
 )
-from ttsvc.errors import AudioTooLong, InvalidParameter, NothingToSay, TimestampsUnavailable
+from ttsvc.errors import (
+    AudioTooLong,
+    InvalidParameter,
+    NothingToSay,
+    TimestampsUnavailable,
+    VoiceUnavailable,
+)
 from ttsvc.protocol import Script, ScriptBreak, ScriptMark, WordTime
 from ttsvc.ranges import SPEED_MAX, SPEED_MIN
 from ttsvc.repository.manifest import FrameContext
@@ -83,6 +90,8 @@ class _Unit:
     marks: tuple[tuple[str, int, bool], ...] = ()
     """Marks timed in it: name, offset in the document, and whether it is timed at the end of
     the sentence's audio (after the last run) rather than at a word."""
+    synth: Synthesizer | None = None
+    """The voice that says it when not the stream's own (SSML's ``voice``)."""
 
 
 def _owned(
@@ -122,6 +131,22 @@ def _marks(
             first, w = word
             out.append((first, WordTime(name, w.start, w.start, (at, at), mark=True)))
     return out
+
+
+def _later(word: WordTime, seconds: float) -> WordTime:
+    """``word`` timed ``seconds`` later (a sentence's times from its start to the stream's)."""
+    return replace(word, start=word.start + seconds, end=word.end + seconds)
+
+
+def _on(steps: Steps[T], engines: EngineSet) -> Steps[T]:
+    """``steps`` with every engine call sent to ``engines`` (another voice's)."""
+    answer: Answer | None = None
+    while True:
+        try:
+            item = steps.send(answer)
+        except StopIteration:
+            return
+        answer = yield (replace(item, engines=engines) if isinstance(item, FrameCall) else item)
 
 
 class Synthesizer:
@@ -305,19 +330,21 @@ class Synthesizer:
             yield audio
 
     def run_call(self, call: FrameCall) -> Answer:
-        """Run one engine call at once, batch of one (the CPU path)."""
+        """Run one engine call at once, batch of one (the CPU path), on the call's engines
+        (another voice's, for a script's run in it) or these."""
+        engines = call.engines or self.engines
         if call.stage == "acoustic":
             assert call.scales is not None
-            return self.engines.acoustic.run(call.inputs, call.scales, call.speaker)
-        engine = self.engines.flow if call.stage == "flow" else self.engines.vocoder
+            return engines.acoustic.run(call.inputs, call.scales, call.speaker)
+        engine = engines.flow if call.stage == "flow" else engines.vocoder
         assert engine is not None
         if call.carry is not None:
             assert isinstance(engine, StreamingEngine)
             return engine.step(call.inputs, call.carry, call.speaker)
         if call.stage == "flow":
-            assert self.engines.flow is not None
-            return self.engines.flow.frames(call.inputs, call.speaker)
-        return self.engines.vocoder.waveform(call.inputs, call.speaker)
+            assert engines.flow is not None
+            return engines.flow.frames(call.inputs, call.speaker)
+        return engines.vocoder.waveform(call.inputs, call.speaker)
 
     def _window_steps(
         self,
@@ -433,6 +460,7 @@ class Synthesizer:
         budget: Budget | None = None,
         max_audio_s: float | None = None,
         script: Script | None = None,
+        voices: Mapping[str, Synthesizer] | None = None,
     ) -> Steps[AudioChunk]:
         """``stream`` as steps: PCM16 chunks, with the frame-engine runs they need yielded as
         ``FrameCall``s for the caller to answer (one by one, or batched across streams).
@@ -442,13 +470,14 @@ class Synthesizer:
         would still take the real audio past it raises it before that sentence's first chunk
         (the backstop for texts the estimate misjudges: their stream is cut). ``script``: say
         it instead of ``text`` (SSML: each run at its own rate and volume, breaks as silence,
-        marks timed among the words)."""
+        marks timed among the words; a run in another voice on that voice's synthesizer, from
+        ``voices``, its audio resampled to this one's rate)."""
         params = params or SynthesisParams()
         speaker = self.speaker(params)
-        units = self._units(text, script, params)
+        units = self._units(text, script, params, voices or {})
         if max_audio_s is not None:
-            estimate = sum(len(u.sentence.ids) * self.seconds_per_id() * ESTIMATE_MARGIN
-                           / u.params.speed + u.pause / self.sample_rate
+            estimate = sum(len(u.sentence.ids) * (u.synth or self).seconds_per_id()
+                           * ESTIMATE_MARGIN / u.params.speed + u.pause / self.sample_rate
                            for u in units)  # fmt: skip
             if estimate > max_audio_s:
                 raise AudioTooLong(f"the text would make about {estimate:.0f} s of audio, over "
@@ -458,37 +487,49 @@ class Synthesizer:
         schedule = schedule or self.schedule
         for index, unit in enumerate(units):
             sentence, last_sentence = unit.sentence, index == len(units) - 1
+            voice = unit.synth or self
+            said_by = speaker if voice is self else 0
             phonemes = np.asarray([sentence.ids], dtype=np.int64)
-            run = yield FrameCall("acoustic", phonemes, unit.params.scales(self.engines), speaker)
+            run = yield FrameCall("acoustic", phonemes, unit.params.scales(voice.engines),
+                                  said_by, engines=None if voice is self else voice.engines)
             assert isinstance(run, SentenceRun)
             latents = run.latents
             total = latents.shape[2]
             timed: list[tuple[int, WordTime]] = []
             lead = len(unit.lead)
+            # its samples at this stream's rate (another voice's are resampled to it)
+            samples = round(total * voice.hop * self.sample_rate / voice.sample_rate)
             if params.timestamps:
                 if run.durations is None:
                     raise TimestampsUnavailable(
-                        f"voice {self.engines.manifest.voice!r} engine version "
-                        f"{self.engines.label} was compiled without phoneme durations: recompile "
-                        "it (`ttsvc compile`) for word timestamps", field="voice")  # fmt: skip
-                timed = self.word_times(sentence, run.durations, offset + lead)
-                timed += _marks(unit, timed, total, (offset + lead + total * self.hop)
-                                / self.sample_rate)  # fmt: skip
-            length = lead + total * self.hop + unit.pause
+                        f"voice {voice.engines.manifest.voice!r} engine version "
+                        f"{voice.engines.label} was compiled without phoneme durations: "
+                        "recompile it (`ttsvc compile`) for word timestamps",
+                        field="voice")  # fmt: skip
+                start_s = (offset + lead) / self.sample_rate
+                timed = [(first, _later(w, start_s))
+                         for first, w in voice.word_times(sentence, run.durations, 0)]
+                timed += _marks(unit, timed, total, start_s + samples / self.sample_rate)
+            length = lead + samples + unit.pause
             if max_audio_s is not None and offset + length > max_audio_s * self.sample_rate:
                 raise AudioTooLong(f"the audio would pass the {max_audio_s:g} s a request may "
                                    "produce", field="text")  # fmt: skip
+            resampler = (None if voice.sample_rate == self.sample_rate
+                         else StreamResampler(voice.sample_rate, self.sample_rate))
 
             def chunk(
                 _start: int, end: int, audio: FloatArray,
                 index: int = index, last: bool = last_sentence, total: int = total,
                 timed: list[tuple[int, WordTime]] = timed, unit: _Unit = unit,
+                resampler: StreamResampler | None = resampler,
             ) -> AudioChunk:  # fmt: skip
                 nonlocal offset
                 pcm = to_pcm16(audio if unit.gain == 1.0 else audio * unit.gain)
+                sentence_end = end == total
+                if resampler is not None:
+                    pcm = resampler.process(pcm, last=sentence_end)
                 if _start == 0 and len(unit.lead):
                     pcm = np.concatenate([unit.lead, pcm])
-                sentence_end = end == total
                 if sentence_end and unit.pause:
                     pcm = np.concatenate([pcm, np.zeros(unit.pause, np.int16)])
                 words = tuple(w for first, w in timed if _start <= min(first, total - 1) < end)
@@ -498,9 +539,13 @@ class Synthesizer:
                 return out
 
             # no look-ahead: each window is sent as soon as it is computed
-            yield from self._window_steps(latents, schedule, chunk, budget, speaker)
+            steps = voice._window_steps(latents, schedule, chunk, budget, said_by)
+            yield from (steps if voice is self else _on(steps, voice.engines))
 
-    def _units(self, text: str, script: Script | None, params: SynthesisParams) -> list[_Unit]:
+    def _units(
+        self, text: str, script: Script | None, params: SynthesisParams,
+        voices: Mapping[str, Synthesizer],
+    ) -> list[_Unit]:  # fmt: skip
         """The sentences to say in order, each with its parameters and the silence around it.
 
         Plain text: its sentences, the request's sentence pause between them. A script: each
@@ -532,7 +577,11 @@ class Synthesizer:
             speed = min(SPEED_MAX, max(SPEED_MIN, params.speed * item.rate))
             run_params = params if speed == params.speed else params.model_copy(
                 update={"speed": speed})  # fmt: skip
-            found = self.frontend.run_sentences(item, words=params.timestamps)
+            voice = None if item.voice is None else voices.get(item.voice)
+            if item.voice is not None and voice is None:
+                raise VoiceUnavailable(f"voice {item.voice!r} is not loaded for this stream",
+                                       field="voice")  # fmt: skip
+            found = (voice or self).frontend.run_sentences(item, words=params.timestamps)
             if not found:
                 continue
             if units and natural:
@@ -540,7 +589,7 @@ class Synthesizer:
             for k, sentence in enumerate(found):
                 units.append(_Unit(sentence, run_params, gain=item.gain,
                                    pause=0 if k == len(found) - 1 else pause,
-                                   marks=_owned(item.marks, found, k)))  # fmt: skip
+                                   marks=_owned(item.marks, found, k), synth=voice))  # fmt: skip
             natural = pause if ends_sentence(found[-1].text) else 0
         if not units:
             raise NothingToSay("the SSML has nothing to speak", field="text")
@@ -577,11 +626,13 @@ class Synthesizer:
         budget: Budget | None = None,
         max_audio_s: float | None = None,
         script: Script | None = None,
+        voices: Mapping[str, Synthesizer] | None = None,
     ) -> Iterator[AudioChunk]:
         """PCM16 chunks of ``text`` as soon as each window is computed (``budget``: see
-        ``WindowSchedule.windows``; ``max_audio_s``, ``script``: see ``stream_steps``)."""
-        return drive(self.stream_steps(text, params, schedule, budget, max_audio_s, script),
-                     self.run_call)  # fmt: skip
+        ``WindowSchedule.windows``; ``max_audio_s``, ``script``, ``voices``: see
+        ``stream_steps``)."""
+        return drive(self.stream_steps(text, params, schedule, budget, max_audio_s, script,
+                                       voices), self.run_call)  # fmt: skip
 
     def synthesize(self, text: str, params: SynthesisParams | None = None) -> Pcm16:
         """The whole utterance at once (one-shot per sentence), with the same silences."""

@@ -3,7 +3,7 @@ with its span in the document the client sent.
 
 The subset the large services share (Polly, Azure, Google): ``speak``, ``p``, ``s``, ``break``,
 ``prosody`` (``rate``, ``volume``), ``say-as``, ``sub``, ``phoneme``, ``emphasis`` (spoken as
-plain text), ``mark``, ``lexicon``, ``voice`` (only the request's own voice). Anything else is
+plain text), ``mark``, ``lexicon``, ``voice`` (any served voice, mid-request). Anything else is
 refused with its line and column, or (``unknown="ignore"``) spoken as its text.
 
 Safe by construction: the document is read by ``defusedxml`` first (no DTD, so no entity
@@ -267,13 +267,14 @@ class _Builder:
 
     def __init__(
         self,
-        symbols: Collection[str] | None,
+        symbols: Callable[[str | None], Collection[str] | None],
         unknown: Unknown,
-        voice_ok: Callable[[str], bool],
+        voice_of: Callable[[str], str | None],
     ) -> None:
         self.symbols = symbols
         self.unknown = unknown
-        self.voice_ok = voice_ok
+        self.voice_of = voice_of
+        self.voice: str | None = None
         self.items: list[ScriptItem] = []
         self.pieces: list[ScriptText] = []
         self.marks: list[tuple[str, int]] = []
@@ -295,7 +296,8 @@ class _Builder:
             self.pending = self.marks + self.pending
             self.marks = []
             return
-        self.items.append(ScriptRun(tuple(pieces), self.rate, self.gain, tuple(self.marks)))
+        self.items.append(ScriptRun(tuple(pieces), self.rate, self.gain, tuple(self.marks),
+                                    self.voice))  # fmt: skip
         self.marks = []
 
     def pause(self, seconds: float | None) -> None:
@@ -408,9 +410,10 @@ class _Builder:
         ph = node.attrs.get("ph")
         if not ph or not ph.strip():
             raise _refuse(node, "<phoneme> needs a ph attribute")
-        if self.symbols is not None:
+        symbols = self.symbols(self.voice)
+        if symbols is not None:
             missing = sorted({ch for ch in unicodedata.normalize("NFD", ph)
-                              if not ch.isspace() and ch not in self.symbols})  # fmt: skip
+                              if not ch.isspace() and ch not in symbols})  # fmt: skip
             if missing:
                 raise _refuse(node, "phoneme ph has symbols the voice does not have: "
                               + " ".join(f"{ch!r} (U+{ord(ch):04X})" for ch in missing))
@@ -431,10 +434,17 @@ class _Builder:
 
     def _voice(self, node: _Node) -> None:
         name = _name(node, "name")
-        if not self.voice_ok(name):
-            raise _refuse(node, f"voice {name!r}: switching voices inside one request is not "
-                          "supported (only the request's own voice may be named)")  # fmt: skip
+        voice = self.voice_of(name)
+        if voice == "":
+            raise _refuse(node, f"voice {name!r} is not a voice this service serves (GET "
+                          "/voices lists them)")  # fmt: skip
+        if voice != self.voice:
+            self.flush()
+        saved, self.voice = self.voice, voice
         self.children(node)
+        if voice != saved:
+            self.flush()
+        self.voice = saved
 
 
 _ELEMENTS: dict[str, Callable[[_Builder, _Node], None]] = {
@@ -456,19 +466,21 @@ def _span(node: _Node, pieces: list[ScriptText]) -> tuple[int, int]:
 def parse_ssml(
     source: str,
     *,
-    symbols: Collection[str] | None = None,
+    symbols: Collection[str] | Callable[[str | None], Collection[str] | None] | None = None,
     unknown: Unknown = "reject",
-    voice_ok: Callable[[str], bool] = lambda _name: True,
+    voice_of: Callable[[str], str | None] = lambda _name: None,
 ) -> Parsed:
     """Read SSML ``source`` into a script; ``InvalidSsml`` (a 422 with line, column and reason)
     for anything malformed, unsafe, unknown (``unknown="reject"``) or out of range.
 
-    ``symbols``: the voice's phoneme symbols, which a ``phoneme`` element's ``ph`` must keep to;
-    ``voice_ok``: whether a ``voice`` element's name is the request's own voice."""
+    ``symbols``: the phoneme symbols a ``phoneme`` element's ``ph`` must keep to, per voice
+    (``None``: the request's voice) or one set for all; ``voice_of``: the served voice a
+    ``voice`` element's name means, ``None`` for the request's own voice, ``""`` for none."""
     root = _read(source)
     if root.tag != "speak":
         raise _refuse(root, f"the root element is <{root.tag}>, not <speak>")
-    builder = _Builder(symbols, unknown, voice_ok)
+    per_voice = symbols if callable(symbols) else (lambda _voice: symbols)
+    builder = _Builder(per_voice, unknown, voice_of)
     builder.walk(root)
     script = builder.finish()
     spoken = " ".join(p.text.strip() for item in script if isinstance(item, ScriptRun)

@@ -116,7 +116,7 @@ class BatchStreamScheduler(StreamScheduler):
     def _pending(self, stream: ActiveStream) -> PendingWindow:
         call = stream.pending
         assert call is not None
-        engines = stream.synth.engines
+        engines = call.engines or stream.synth.engines
         fresh = stream.first_sent_at is None
         return PendingWindow(
             uid=stream.job.uid,
@@ -137,7 +137,7 @@ class BatchStreamScheduler(StreamScheduler):
         calls = [s.pending for s in batch if s.pending is not None]
         started = time.perf_counter()
         try:
-            engines = batch[0].synth.engines
+            engines = calls[0].engines or batch[0].synth.engines
             answers: Sequence[Answer]
             if len(calls) == 1:
                 answers = [batch[0].synth.run_call(calls[0])]
@@ -165,7 +165,8 @@ class BatchStreamScheduler(StreamScheduler):
             try:
                 stream.steps = stream.synth.stream_steps(stream.job.text, stream.params(),
                                                          max_audio_s=stream.job.max_audio_s,
-                                                         script=stream.job.script)
+                                                         script=stream.job.script,
+                                                         voices=stream.voices)
             except Exception as exc:
                 self._fail(stream, exc, send)
                 continue

@@ -15,7 +15,7 @@ another key's streams run dry).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from ttsvc.protocol import StreamDone, SynthesisJob
 from ttsvc.synthesis import AudioChunk, Pcm16, Synthesizer
@@ -39,14 +39,15 @@ class StreamScheduler:
 
     # -- the worker loop's interface (``worker.scheduling``) ----------------------------------
 
-    def add(self, job: SynthesisJob, synth: Synthesizer | None = None) -> None:
+    def add(self, job: SynthesisJob, synth: Synthesizer | None = None,
+            voices: Mapping[str, Synthesizer] | None = None) -> None:  # fmt: skip
         """Queue a new stream on ``synth`` (its voice's engines; default: ``self.synth``); its
         first window runs before any other stream's next window."""
         active = {s.job.key for s in self.streams.values()}
         self._served = {k: v for k, v in self._served.items() if k in active}
         # a key that arrives starts level with the least served one, not owed its idle past
         self._served.setdefault(job.key, min(self._served.values(), default=0.0))
-        self.streams[job.uid] = ActiveStream(job, synth or self.synth)
+        self.streams[job.uid] = ActiveStream(job, synth or self.synth, voices=voices or {})
 
     def cancel(self, uid: str) -> StreamDone | None:
         """Drop a stream; returns its final message if it was known."""
@@ -138,6 +139,7 @@ class StreamScheduler:
             budget=lambda: self._budget(stream),
             max_audio_s=stream.job.max_audio_s,
             script=stream.job.script,
+            voices=stream.voices,
         )
 
     def step(self, send: Send) -> None:

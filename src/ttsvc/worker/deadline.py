@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 
 from ttsvc.errors import TTSError
 from ttsvc.observability.logs import get_logger
@@ -58,11 +59,13 @@ class DeadlineScheduler(DeadlinePolicy):
 
     # -- streams ------------------------------------------------------------------------------
 
-    def add(self, job: SynthesisJob, synth: Synthesizer | None = None) -> None:
+    def add(self, job: SynthesisJob, synth: Synthesizer | None = None,
+            voices: Mapping[str, Synthesizer] | None = None) -> None:  # fmt: skip
         """Queue a new stream on ``synth`` (its voice's engines; default: ``self.synth``); it
         is admitted when it fits the capacity."""
         with self.lock:
-            self.streams[job.uid] = Live(job, synth or self.synth, arrived=self.clock())
+            self.streams[job.uid] = Live(job, synth or self.synth, arrived=self.clock(),
+                                         voices=voices or {})  # fmt: skip
             self.admit()
             self.lock.notify()
 
@@ -214,7 +217,7 @@ class DeadlineScheduler(DeadlinePolicy):
             stream.steps = stream.synth.stream_steps(
                 job.text, stream.params(), schedule,
                 budget=lambda: self.budget(stream), max_audio_s=job.max_audio_s,
-                script=job.script)  # fmt: skip
+                script=job.script, voices=stream.voices)  # fmt: skip
             answer = None
         else:
             assert stream.pending is not None

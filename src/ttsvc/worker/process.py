@@ -28,6 +28,7 @@ from ttsvc.protocol import (
     EnginesSwapped,
     FromWorker,
     Heartbeat,
+    ScriptRun,
     Shutdown,
     StartFailed,
     StreamDone,
@@ -202,17 +203,27 @@ class WorkerLoop:
         self.primary = self.held.names()[0]
 
     def start(self, job: SynthesisJob) -> None:
+        """Start ``job`` once every voice it speaks in is held (its own, and those its script's
+        runs name): a voice not held is loaded first, one at a time, and the job looked at
+        again when it is."""
         self.heap.freed()  # a stream short enough to end before the loop sees it busy still counts
         voice = job.voice or self.primary
-        synth = self.held.get(voice)
-        if synth is not None:
-            self.scheduler.add(job, synth)
-        elif voice not in self.held.known:  # the gateway checks names: a voice removed meanwhile
-            self.send(StreamError.of(job.uid, UnknownVoice(f"unknown voice {voice!r}",
-                                                           field="voice")))  # fmt: skip
-        else:
-            self.held.wait(job, voice)
-            self.load_next()
+        others = dict.fromkeys(item.voice for item in job.script or ()
+                               if isinstance(item, ScriptRun) and item.voice not in (None, voice))
+        held: dict[str, Synthesizer] = {}
+        for name in [voice, *(n for n in others if n is not None)]:
+            synth = self.held.get(name)
+            if synth is not None:
+                held[name] = synth
+            elif name not in self.held.known:  # the gateway checks names: one removed meanwhile
+                self.send(StreamError.of(job.uid, UnknownVoice(f"unknown voice {name!r}",
+                                                               field="voice")))  # fmt: skip
+                return
+            else:
+                self.held.wait(job, name)
+                self.load_next()
+                return
+        self.scheduler.add(job, held.pop(voice), held)
 
     def load_next(self) -> None:
         """Start loading the voice the oldest waiting request needs, one voice at a time: loads
@@ -255,7 +266,7 @@ class WorkerLoop:
                          load_ms=round(1000 * seconds, 1), held=list(held.names()),
                          held_mb=round(held.used() / 2**20, 1))  # fmt: skip
             for job in jobs:
-                scheduler.add(job, current)
+                self.start(job)  # its other voices may still have to load
             return
         label = request.spec.label
         if request.seq != self.newest.get(request.spec.voice):
@@ -266,7 +277,7 @@ class WorkerLoop:
         else:
             _hold(scheduler, held, request.spec, outcome)
             for job in held.loaded(request.spec.voice):  # waited on an older load: start now
-                scheduler.add(job, outcome)
+                self.start(job)
             reply = EnginesSwapped(worker_id, label, True, "", request.seq,
                                    precision=outcome.engines.precision)  # fmt: skip
         send(reply)

@@ -10,6 +10,7 @@ the loop (``worker.process``) reads the same whichever one it drives, without as
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,8 +42,10 @@ class Scheduler(Protocol):
         """Compute threads the scheduler runs streams on (``WorkerReady`` reports them)."""
         ...
 
-    def add(self, job: SynthesisJob, synth: Synthesizer | None = None) -> None:
-        """Take a new stream on ``synth`` (its voice's engines; default: the last ``use``d)."""
+    def add(self, job: SynthesisJob, synth: Synthesizer | None = None,
+            voices: Mapping[str, Synthesizer] | None = None) -> None:  # fmt: skip
+        """Take a new stream on ``synth`` (its voice's engines; default: the last ``use``d),
+        with the other ``voices`` its script's runs are said in."""
         ...
 
     def cancel(self, uid: str) -> StreamDone | None:

@@ -11,7 +11,7 @@ change to what the gateway hears cannot reach one scheduler and miss another.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ttsvc.audio.resample import StreamResampler
@@ -46,6 +46,9 @@ class ActiveStream:
     """Batching and deadline schedulers: the stream as steps (``Synthesizer.stream_steps``)."""
     pending: FrameCall | None = None
     """Batching and deadline schedulers: the engine run the stream waits for."""
+    voices: Mapping[str, Synthesizer] = field(default_factory=dict)
+    """Other voices its script's runs are said in (SSML's ``voice``), held for it: it finishes
+    on them whatever the worker evicts meanwhile."""
 
     def release(self) -> None:
         """Drop the stream's generators as it leaves its scheduler.

@@ -37,12 +37,25 @@ async def compose(state: GatewayState, order: SpeechOrder) -> tuple[Script | Non
         return None, order.text
     config = await _config(state, order.voice)
     if order.ssml:
+        configs = {order.voice: config}
+        if "<voice" in order.text:  # the others' phoneme symbols, for their runs' phonemes
+            served = list(state.catalog.swappers) if state.catalog is not None else []
+            configs |= {name: await _config(state, name) for name in served}
+
+        def voice_of(name: str) -> str | None:
+            target = state.aliases.get(name, name)
+            if target == order.voice:
+                return None
+            served = configs.get(target) is not None
+            return target if served else ""
+
+        def symbols(voice: str | None) -> frozenset[str] | None:
+            found = configs.get(voice or order.voice)
+            return None if found is None else frozenset(found.phoneme_id_map)
+
         try:
-            parsed = parse_ssml(
-                order.text, unknown=state.settings.ssml_unknown_elements,
-                symbols=None if config is None else frozenset(config.phoneme_id_map),
-                voice_ok=lambda name: state.aliases.get(name, name) == order.voice,
-            )  # fmt: skip
+            parsed = parse_ssml(order.text, unknown=state.settings.ssml_unknown_elements,
+                                symbols=symbols, voice_of=voice_of)  # fmt: skip
         except InvalidSsml as exc:
             raise InvalidSsml(exc.message, line=exc.line, column=exc.column, field=field) from exc
         script, spoken = parsed.script, parsed.text
