@@ -206,7 +206,9 @@ def main() -> int:
     for row in rows:
         x = row["shipped"]["faster"]
         reached = min(ceil_x) <= x <= max(ceil_x)
-        row["ceil_wer_at_shipped_length"] = float(np.interp(x, ceil_x, ceil_wer)) if reached else None
+        row["ceil_wer_at_shipped_length"] = (
+            float(np.interp(x, ceil_x, ceil_wer)) if reached else None
+        )
 
     header = ["speed"] + [f"{rule}: {what}" for rule in RULES for what in ("faster", "WER")]
     header += ["ceil WER at shipped's length", "shipped = Piper's"]

@@ -46,6 +46,7 @@ from ttsvc.config import DEFAULT_VOICE
 from ttsvc.errors import InvalidParameter
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.repository.manifest import FrameContext
+from ttsvc.text.phonemize import PAD
 from ttsvc.voice import VOICE_FILE
 
 CALIBRATION_COST = {"vocoder": 10.5, "flow": 8.5}
@@ -124,7 +125,8 @@ def _compile_voice(opts: CompileOptions) -> EngineVersion:
                   + (", stateful frame engines" if stateful else ""))  # fmt: skip
     model = load_piper_graph(opts.checkpoint)
     check_speakers(model, voice, opts)
-    engines = split_model(model, opts.split_at, voice.inference.length_scale)
+    engines = split_model(model, opts.split_at, voice.inference.length_scale,
+                          voice.phoneme_id_map[PAD])
     if engines.split.durations is not None and not engines.split.follows_speed:
         opts.log("durations: the graph's are not ceil(w * length_scale), so they keep Piper's "
                  "rounding: speech shortens less than asked above speed ~2")  # fmt: skip

@@ -25,7 +25,8 @@ So the length follows 1/speed to a frame up to ``sum(D1) / (phoneme ids)`` (abov
 packaged voice), and past that stops at one frame per phoneme. Dividing every id's frames by the
 speed and rounding the running sum (the first version of this change) followed 1/speed too, but
 gave whole phonemes zero frames from speed 2 on, and an offline recognizer's word error rate
-went from 0.55 (Piper's, at the same length) to 0.82: ``benchmarks/speed_bench.py``.
+was 0.82 at 2x, where Piper's own speech of that length scores 0.60 and this rule 0.61
+(``benchmarks/speed_bench.py``).
 
 At speed 1 and below the graph takes Piper's own ``ceil(w * length_scale)``, so its output there
 is Piper's, to the bit. Every reader of the rounded-up tensor (the alignment path, the frame
@@ -35,9 +36,10 @@ simply skipped.
 
 The speed is ``voice_length_scale / scales[1]``: the voice's length scale is baked in as a
 constant at compile time, as the runtime sends ``voice_length_scale / speed``
-(``SynthesisParams.scales``). The pad ids come from the voice config; the phoneme-id input they
-are compared with is found by structure (the rank-2 integer graph input the durations are
-computed from).
+(``SynthesisParams.scales``). The pad ids are the voice config's ``phoneme_id_map["_"]``
+(``split_model``'s ``pad_ids``; Piper's 0 when not given); the phoneme-id input they are
+compared with is found by structure (the rank-2 integer graph input the durations are computed
+from).
 """
 
 from __future__ import annotations

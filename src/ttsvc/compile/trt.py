@@ -97,7 +97,7 @@ def build_plans(
             continue
         model = graph if name == "acoustic" else with_batch_axis(graph)
         # the acoustic plan stays fp32: its frame count is ceil(exp(logw)) (above speed 1, the
-        # rounded running sum of those over the speed: compile/speed.py), and a duration that
+        # speed-1 frames shared out over the speed's length: compile/speed.py), and a duration that
         # rounds the other way would shift every later sample; it runs once per sentence
         precision = "fp32" if name == "acoustic" else quantize
         fp16 = precision == "fp16"
