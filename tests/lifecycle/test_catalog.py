@@ -231,6 +231,13 @@ def test_a_worker_over_its_memory_budget_lets_go_of_the_least_used_voice(root: P
         lines = srv.log_lines()
         assert sum('"voice_evicted"' in line for line in lines) >= len(order) - 1
         assert any('"voice_loaded"' in line and SECOND_VOICE in line for line in lines)
+        # a script in both voices, on a worker that holds one: the one it found waits with the
+        # job while the other loads (and evicts it), then both speak; no endless reloading
+        both = srv.client.post("/synthesize", json={
+            "text": f'<speak>Hello. <voice name="{SECOND_VOICE}">Good day.</voice> Bye.</speak>',
+            "voice": VOICE, "stream": False, **DET}, timeout=120)  # fmt: skip
+        assert both.status_code == 200, both.text
+        assert pcm(both)[0] == 22050
     finally:
         srv.stop()
 

@@ -11,7 +11,7 @@ import pytest
 from tests.voices import SECOND_SAMPLE_RATE, SECOND_VOICE
 from ttsvc.backends.loader import load_engine_set
 from ttsvc.errors import NothingToSay, VoiceUnavailable
-from ttsvc.protocol import WordTime
+from ttsvc.protocol import ScriptRun, ScriptText, WordTime
 from ttsvc.repository.layout import EngineRepository
 from ttsvc.synthesis.params import SynthesisParams
 from ttsvc.synthesis.synthesizer import Synthesizer
@@ -166,3 +166,26 @@ def test_a_voice_not_handed_to_the_stream_fails_it(synth: Synthesizer) -> None:
     parsed = parse_ssml('<speak><voice name="x">Hi.</voice></speak>', voice_of=lambda _n: "x")
     with pytest.raises(VoiceUnavailable):
         list(synth.stream("", QUIET, script=parsed.script))
+
+
+def test_a_mark_before_trailing_punctuation_is_kept(synth: Synthesizer) -> None:
+    audio, timed = say(synth, '<speak><prosody rate="slow">Wait</prosody><mark name="done"/>.'
+                              "</speak>")  # fmt: skip
+    (done,) = [w for w in timed if w.mark]
+    assert done.word == "done"
+    assert abs(done.start - len(audio) / synth.sample_rate) < synth.hop / synth.sample_rate
+
+
+def test_phonemes_without_a_sentence_end_still_make_sentences_of_a_bounded_size(
+    synth: Synthesizer,
+) -> None:
+    pieces = []
+    for i in range(60):  # a product list of lexicon words: no full stop anywhere
+        at = 10 * i
+        pieces += [ScriptText("and ", (at, at + 4)),
+                   ScriptText("Acme", (at + 4, at + 8), verbatim=False, phonemes="ˈækmi")]
+    found = synth.frontend.run_sentences(ScriptRun(tuple(pieces)), words=True)
+    assert len(found) > 1
+    cap = synth.frontend.max_sentence_chars
+    assert all(len(s.text) <= cap + 10 for s in found)
+    assert sum(1 for s in found for w in s.words if w.text == "Acme") == 60

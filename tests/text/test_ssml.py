@@ -73,9 +73,29 @@ def test_sentences_and_paragraphs_are_boundaries_not_breaks() -> None:
     assert kinds == ["ScriptRun", None, "ScriptRun", None, "ScriptRun"]
 
 
-def test_a_break_beside_a_boundary_replaces_it() -> None:
-    script = parse_ssml('<speak><s>One.</s><break time="2s"/><s>Two.</s></speak>').script
-    assert [i.seconds for i in script if isinstance(i, ScriptBreak)] == [2.0]
+def test_a_break_beside_a_boundary_adds_to_its_pause() -> None:
+    script = parse_ssml('<speak><s>One</s><break time="2s"/><s>Two</s></speak>').script
+    assert [i.seconds for i in script if isinstance(i, ScriptBreak)] == [None, 2.0]
+
+
+@pytest.mark.parametrize("declared", ["utf-16", "ISO-8859-1", "foo"])
+def test_a_declared_encoding_is_not_obeyed(declared: str) -> None:
+    """The document came as a JSON string: its characters are what they are, whatever an XML
+    declaration (.NET's XmlWriter over a StringWriter writes utf-16) says."""
+    source = f'<?xml version="1.0" encoding="{declared}"?><speak>Café au lait</speak>'
+    (run,) = runs(source)
+    assert said(run) == "Café au lait"
+    assert source[run.pieces[0].source[0]:run.pieces[0].source[1]] == "Café au lait"
+
+
+def test_text_that_is_not_unicode_is_refused() -> None:
+    assert "not Unicode text" in refused("<speak>\ud800</speak>").message
+
+
+def test_nested_volumes_stop_at_twelve_db() -> None:
+    got = runs('<speak><prosody volume="x-loud"><prosody volume="x-loud">a</prosody>'
+               "</prosody></speak>")
+    assert got[0].gain == pytest.approx(10 ** (12 / 20))
 
 
 def test_prosody_rate_and_volume_make_their_own_run() -> None:

@@ -126,8 +126,12 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             await asyncio.to_thread(keys.load)  # a key file that does not parse stops start-up
             log.info("keys_loaded", path=str(keys.path), names=sorted(k.name for k in keys.keys))
             tasks.append(loop.create_task(keys.watch(state.limiter.forget)))
+        # a lexicons directory of its own (the chart's ConfigMap) is trusted as its own root:
+        # its files lead into it (through ..data), not into the engines directory
+        lexicon_trust = trust if settings.lexicons_dir is None else await asyncio.to_thread(
+            TrustPolicy.of, settings.lexicons_dir, not settings.engine_trust_checks)
         lexicons = LexiconStore(settings.engines_dir, settle_s=settings.watch_settle_s,
-                                polling=settings.watch_polling, trust=trust,
+                                polling=settings.watch_polling, trust=lexicon_trust,
                                 directory=settings.lexicons_dir)  # fmt: skip
         await asyncio.to_thread(lexicons.reload)  # a bad file is refused and logged, not fatal
         state.lexicons = lexicons

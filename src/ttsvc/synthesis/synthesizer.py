@@ -561,6 +561,7 @@ class Synthesizer:
         lead = 0
         trailing: list[tuple[str, int]] = []
         natural = 0  # the sentence pause a run that ended a sentence leaves before the next
+        carried: list[tuple[str, int]] = []  # marks of runs with nothing to say
         for item in script:
             if isinstance(item, ScriptBreak):
                 if item.seconds is None:  # an s or p boundary: at least a sentence's pause
@@ -582,18 +583,21 @@ class Synthesizer:
                 raise VoiceUnavailable(f"voice {item.voice!r} is not loaded for this stream",
                                        field="voice")  # fmt: skip
             found = (voice or self).frontend.run_sentences(item, words=params.timestamps)
-            if not found:
+            if not found:  # nothing to say in it ("." after a mark): its marks go on
+                carried.extend(item.marks)
                 continue
             if units and natural:
                 units[-1] = replace(units[-1], pause=units[-1].pause + natural)
+            marks, carried = (*carried, *item.marks), []
             for k, sentence in enumerate(found):
                 units.append(_Unit(sentence, run_params, gain=item.gain,
                                    pause=0 if k == len(found) - 1 else pause,
-                                   marks=_owned(item.marks, found, k), synth=voice))  # fmt: skip
+                                   marks=_owned(marks, found, k), synth=voice))  # fmt: skip
             natural = pause if ends_sentence(found[-1].text) else 0
         if not units:
             raise NothingToSay("the SSML has nothing to speak", field="text")
         units[0] = replace(units[0], lead=np.zeros(lead, np.int16))
+        trailing = carried + trailing  # after the last word: at the end of the audio
         if trailing:
             units[-1] = replace(units[-1], marks=units[-1].marks + tuple(
                 (name, at, True) for name, at in trailing))  # fmt: skip

@@ -101,6 +101,8 @@ class TextFrontEnd:
             return shift
 
         for group in _groups(pieces):
+            if len(" ".join(texts)) >= self.max_sentence_chars:
+                close()  # no sentence end in sight (a list of lexicon words): cut here
             if group[0].phonemes is not None:
                 piece = group[0]
                 assert piece.phonemes is not None

@@ -106,6 +106,11 @@ def _offsets(raw: bytes) -> list[int]:
 def _read(source: str) -> _Node:
     """The document as a tree of elements and text pieces with their source spans."""
     try:
+        raw = source.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate from a JSON string
+        raise InvalidSsml(f"SSML has a character that is not Unicode text at offset "
+                          f"{exc.start}", line=0, column=0) from exc  # fmt: skip
+    try:
         defusedxml.ElementTree.fromstring(source, forbid_dtd=True)
     except ParseError as exc:
         line, column = exc.position
@@ -115,9 +120,9 @@ def _read(source: str) -> _Node:
     except defusedxml.DefusedXmlException as exc:
         raise InvalidSsml(f"SSML may not have a DTD, entities or external references "
                           f"({type(exc).__name__})", line=1, column=1) from exc  # fmt: skip
-    raw = source.encode("utf-8")
     offsets = _offsets(raw)
-    parser = expat.ParserCreate()
+    # the bytes are UTF-8 whatever an XML declaration says (the text came as a JSON string)
+    parser = expat.ParserCreate(encoding="UTF-8")
     parser.buffer_text = False
     root: list[_Node] = []
     stack: list[_Node] = []
@@ -158,7 +163,16 @@ def _read(source: str) -> _Node:
             stop = at + 2
         else:
             stop = at + len(encoded)
-        stack[-1].children.append(ScriptText(data, (offsets[at], offsets[stop]), verbatim))
+        piece = ScriptText(data, (offsets[at], offsets[stop]), verbatim)
+        siblings = stack[-1].children
+        last = siblings[-1] if siblings else None
+        if (verbatim and isinstance(last, ScriptText) and last.verbatim
+                and last.source[1] == piece.source[0]):  # fmt: skip
+            # one piece for text expat reports line by line: a lexicon's "New York" may span
+            # the line break
+            siblings[-1] = ScriptText(last.text + data, (last.source[0], piece.source[1]))
+        else:
+            siblings.append(piece)
 
     def cdata_start() -> None:
         nonlocal cdata
@@ -173,7 +187,12 @@ def _read(source: str) -> _Node:
     parser.StartElementHandler = start
     parser.EndElementHandler = end
     parser.CharacterDataHandler = text
-    parser.Parse(raw, True)
+    try:
+        parser.Parse(raw, True)
+    except expat.ExpatError as exc:  # the gate read it: only what differs in expat gets here
+        raise InvalidSsml(f"SSML is not well-formed XML at line {exc.lineno}, column "
+                          f"{exc.offset + 1}: {expat.ErrorString(exc.code)}",
+                          line=exc.lineno, column=exc.offset + 1) from exc  # fmt: skip
     return root[0]
 
 
@@ -311,12 +330,12 @@ class _Builder:
             if seconds:
                 self.items.append(ScriptBreak(seconds))
             return
-        last = self.items[-1]
-        if seconds is None and isinstance(last, ScriptBreak):
-            return  # a boundary after a pause: the pause is enough
-        if isinstance(last, ScriptBreak) and last.seconds is None and seconds is not None:
-            self.items[-1] = ScriptBreak(seconds)
-            return
+        if seconds is None:
+            for item in reversed(self.items):
+                if not isinstance(item, ScriptBreak):
+                    break
+                if item.seconds is None:
+                    return  # one boundary between two runs is one sentence pause
         self.items.append(ScriptBreak(seconds))
 
     def walk(self, node: _Node) -> None:
@@ -367,6 +386,7 @@ class _Builder:
                               "control (rate and volume are)")  # fmt: skip
         rate = self.rate * (_rate(node, node.attrs["rate"]) if "rate" in node.attrs else 1.0)
         gain = self.gain * (_gain(node, node.attrs["volume"]) if "volume" in node.attrs else 1.0)
+        gain = min(gain, 10 ** (_DB_RANGE[1] / 20))  # nested volumes: never past +12 dB
         if "duration" in node.attrs:
             raise _refuse(node, "prosody duration is not supported (use rate)")
         saved = self.rate, self.gain

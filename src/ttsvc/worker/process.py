@@ -197,6 +197,9 @@ class WorkerLoop:
     held: VoiceSet[Synthesizer]
     newest: dict[str, int] = field(default_factory=dict)
     """Newest swap request per voice: an older one still loading is superseded."""
+    found: dict[str, dict[str, Synthesizer]] = field(default_factory=dict)
+    """Per job waiting for a voice to load, the other voices it needs that were held when it
+    was last looked at (``start``)."""
 
     def __post_init__(self) -> None:
         self.heap.freed()  # the start-up load, canary and measurement freed memory too
@@ -210,9 +213,11 @@ class WorkerLoop:
         voice = job.voice or self.primary
         others = dict.fromkeys(item.voice for item in job.script or ()
                                if isinstance(item, ScriptRun) and item.voice not in (None, voice))
-        held: dict[str, Synthesizer] = {}
+        # the voices found on an earlier look stay with the job: one evicted by the load of
+        # the next would otherwise be loaded again, and evict that one, for ever
+        held = self.found.pop(job.uid, {})
         for name in [voice, *(n for n in others if n is not None)]:
-            synth = self.held.get(name)
+            synth = held.get(name) or self.held.get(name)
             if synth is not None:
                 held[name] = synth
             elif name not in self.held.known:  # the gateway checks names: one removed meanwhile
@@ -220,6 +225,8 @@ class WorkerLoop:
                                                                field="voice")))  # fmt: skip
                 return
             else:
+                if held:
+                    self.found[job.uid] = held
                 self.held.wait(job, name)
                 self.load_next()
                 return
@@ -256,6 +263,7 @@ class WorkerLoop:
             if isinstance(outcome, tuple):
                 log.error("voice_load_failed", voice=voice, reason=outcome[0], detail=outcome[1])
                 for job in jobs:
+                    self.found.pop(job.uid, None)
                     send(StreamError.of(job.uid, VoiceUnavailable(
                         f"voice {voice!r} could not be loaded: {outcome[0]}", field="voice")))
                 return
@@ -332,6 +340,7 @@ class WorkerLoop:
                         start(msg)
                     elif isinstance(msg, CancelStream):
                         if held.drop_waiting(msg.uid):
+                            self.found.pop(msg.uid, None)
                             send(StreamDone(msg.uid, 0, 0.0))
                             continue
                         done = scheduler.cancel(msg.uid)

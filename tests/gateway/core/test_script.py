@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 
 from tests.gateway.core.conftest import Core, chunk, order
-from ttsvc.errors import InvalidSsml, UnknownLexicon
+from ttsvc.errors import InvalidParameter, InvalidSsml, NothingToSay, UnknownLexicon
+from ttsvc.gateway.core import script
 from ttsvc.gateway.core.caller import Caller
 from ttsvc.gateway.core.exchange import start_exchange
 from ttsvc.gateway.core.order import SpeechOrder
 from ttsvc.lifecycle.lexicons import LexiconStore
 from ttsvc.protocol import ScriptBreak, ScriptRun, SynthesisJob
+from ttsvc.voice import VoiceConfig
 
 PLS = """<?xml version="1.0" encoding="UTF-8"?>
 <lexicon version="1.0" xmlns="http://www.w3.org/2005/01/pronunciation-lexicon"
@@ -128,3 +130,53 @@ def test_lexicons_apply_inside_ssml_but_not_to_what_markup_wrote(
     assert isinstance(run, ScriptRun)
     assert [p.phonemes for p in run.pieces if p.phonemes] == ["ˈækmi"]  # the first Acme only
     assert any(p.text.strip() == "T T S V C" for p in run.pieces)
+
+
+def test_a_document_with_nothing_to_say_touches_no_worker(core: Core) -> None:
+    core.ready()
+    speech = dataclasses.replace(order('<speak><break time="1s"/></speak>'), ssml=True)
+    error = refused(core, speech)
+    assert isinstance(error, NothingToSay) and error.field == "text"
+
+
+def test_a_named_lexicon_is_checked_even_with_no_text_to_scan(
+    core: Core, lexicons: LexiconStore
+) -> None:
+    core.ready()
+    speech = dataclasses.replace(order('<speak><sub alias="x">y</sub></speak>'), ssml=True,
+                                 lexicons=("nope",))  # fmt: skip
+    assert isinstance(refused(core, speech), UnknownLexicon)
+
+
+def test_lexicon_matches_span_line_breaks_in_a_document(
+    core: Core, lexicons: LexiconStore, tmp_path: Path
+) -> None:
+    core.ready()
+    (tmp_path / "lexicons" / "places.pls").write_text(PLS.replace(
+        "<lexeme><grapheme>ttsvc</grapheme>", "<lexeme><grapheme>New York</grapheme>"),
+        encoding="utf-8")  # fmt: skip
+    lexicons.reload()
+    source = "<speak>From New\nYork.</speak>"
+    job = dispatch(core, dataclasses.replace(order(source), ssml=True, lexicons=("places",)))
+    assert job.script is not None
+    (run,) = job.script
+    assert isinstance(run, ScriptRun)
+    alias = next(p for p in run.pieces if not p.verbatim)
+    assert source[alias.source[0]:alias.source[1]] == "New\nYork"
+
+
+def test_a_lexicon_pronunciation_the_voice_cannot_say_is_refused(
+    core: Core, lexicons: LexiconStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scripted core has no voice config; one is given here with a small symbol set."""
+    config = VoiceConfig(sample_rate=22050, espeak_voice="en-us",
+                         phoneme_id_map={"_": [0], "^": [1], "$": [2], "a": [3]})  # fmt: skip
+
+    async def only_a(_state: object, _voice: str) -> VoiceConfig:
+        return config
+
+    monkeypatch.setattr(script, "_config", only_a)
+    core.ready()
+    error = refused(core, dataclasses.replace(order("Acme here."), lexicons=("brands",)))
+    assert isinstance(error, InvalidParameter) and error.field == "lexicons"
+    assert "U+00E6" in error.message

@@ -113,3 +113,26 @@ def test_an_edit_takes_effect_and_a_broken_file_is_refused(root: Path, server: S
     assert length(server, "Zork.") == shortened  # the last good one still serves
     assert any(e.get("event") == "lexicon_refused" and e.get("file") == "brands.pls"
                for e in server.events())  # fmt: skip
+
+
+def test_a_configmap_directory_of_its_own_is_read(
+    default_version: EngineVersion, tmp_path: Path
+) -> None:
+    """The chart's layout: the lexicons in a ConfigMap volume apart from the engines, each file
+    a link through ``..data`` to a timestamped directory, trusted as their own root."""
+    engines = tmp_path / "engines"
+    shutil.copytree(default_version.path.parent, engines / DEFAULT_VOICE)
+    volume = tmp_path / "configmap"
+    (volume / "..2026_12_03_13_00_00.1").mkdir(parents=True)
+    (volume / "..2026_12_03_13_00_00.1" / "brands.pls").write_text(
+        pls("<grapheme>Zork</grapheme><alias>big bad dragon</alias>"), encoding="utf-8")
+    (volume / "..data").symlink_to("..2026_12_03_13_00_00.1")
+    (volume / "brands.pls").symlink_to("..data/brands.pls")
+    srv = Server(engines, "--workers", "1", "--lexicons-dir", str(volume))
+    try:
+        srv.wait_ready(1)
+        answer = srv.client.get("/lexicons").json()
+        assert [x["name"] for x in answer["lexicons"]] == ["brands"], answer
+        assert answer["refused"] == []
+    finally:
+        srv.stop()

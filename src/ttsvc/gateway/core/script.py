@@ -8,11 +8,13 @@ as it always did, and nothing here costs it more than a lookup.
 
 from __future__ import annotations
 
+import asyncio
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ttsvc.errors import InvalidSsml
+from ttsvc.errors import InvalidParameter, InvalidSsml, NothingToSay, UnknownLexicon
 from ttsvc.gateway.core.order import SpeechOrder
 from ttsvc.protocol import Script, ScriptItem, ScriptRun, ScriptText
 from ttsvc.text.lexicon import LexiconSet, Match
@@ -27,7 +29,8 @@ async def compose(state: GatewayState, order: SpeechOrder) -> tuple[Script | Non
     """The script ``order`` makes (``None``: plain text, read as it is) and its spoken text.
 
     A request admission refuses anyway (draining, over the cap, empty) is left for it to
-    refuse, unread."""
+    refuse, unread. The voices' configs are read here (cached); the parse and the lexicon scan,
+    which grow with the text and the lexicons, run off the event loop."""
     field = "input" if order.api == "openai" else "text"
     lexicons = state.lexicons.current if state.lexicons is not None else LexiconSet()
     if not order.ssml and not order.lexicons and not len(lexicons):
@@ -35,23 +38,46 @@ async def compose(state: GatewayState, order: SpeechOrder) -> tuple[Script | Non
     if state.draining or len(order.text) > state.settings.max_text_chars \
             or not order.text.strip():  # fmt: skip
         return None, order.text
-    config = await _config(state, order.voice)
+    missing = [n for n in order.lexicons or () if n not in lexicons]
+    if missing:
+        known = ", ".join(sorted(lexicons.lexicons)) or "none"
+        raise UnknownLexicon(f"no lexicon named {missing[0]!r} is loaded (loaded: {known})",
+                             field="lexicons")  # fmt: skip
+    configs = {order.voice: await _config(state, order.voice)}
+    if order.ssml and "<voice" in order.text:  # the others' phoneme symbols, for their runs
+        served = list(state.catalog.swappers) if state.catalog is not None else []
+        configs |= {name: await _config(state, name) for name in served}
+    script, spoken = await asyncio.to_thread(_script, state, order, lexicons, configs)
+    if script is not None and order.ssml:
+        if not any(isinstance(i, ScriptRun) for i in script):
+            raise NothingToSay(f"{field} has nothing to speak (only markup and breaks)",
+                               field=field)  # fmt: skip
+        if order.timestamps:  # every voice the stream speaks in must have durations
+            for voice in {i.voice for i in script if isinstance(i, ScriptRun) and i.voice}:
+                state.require_durations(voice)
+    return script, spoken
+
+
+def _script(
+    state: GatewayState,
+    order: SpeechOrder,
+    lexicons: LexiconSet,
+    configs: dict[str, VoiceConfig | None],
+) -> tuple[Script | None, str]:
+    """``compose``'s work that grows with the text (in a thread): parse, apply, check."""
+    field = "input" if order.api == "openai" else "text"
+
+    def symbols(voice: str | None) -> frozenset[str] | None:
+        found = configs.get(voice or order.voice)
+        return None if found is None else frozenset(found.phoneme_id_map)
+
     if order.ssml:
-        configs = {order.voice: config}
-        if "<voice" in order.text:  # the others' phoneme symbols, for their runs' phonemes
-            served = list(state.catalog.swappers) if state.catalog is not None else []
-            configs |= {name: await _config(state, name) for name in served}
 
         def voice_of(name: str) -> str | None:
             target = state.aliases.get(name, name)
             if target == order.voice:
                 return None
-            served = configs.get(target) is not None
-            return target if served else ""
-
-        def symbols(voice: str | None) -> frozenset[str] | None:
-            found = configs.get(voice or order.voice)
-            return None if found is None else frozenset(found.phoneme_id_map)
+            return target if configs.get(target) is not None else ""
 
         try:
             parsed = parse_ssml(order.text, unknown=state.settings.ssml_unknown_elements,
@@ -60,9 +86,13 @@ async def compose(state: GatewayState, order: SpeechOrder) -> tuple[Script | Non
             raise InvalidSsml(exc.message, line=exc.line, column=exc.column, field=field) from exc
         script, spoken = parsed.script, parsed.text
         named = order.lexicons if order.lexicons is not None else (parsed.lexicons or None)
+        missing = [n for n in named or () if n not in lexicons]
+        if missing:
+            raise UnknownLexicon(f"no lexicon named {missing[0]!r} is loaded", field="lexicons")
     else:
         script = (ScriptRun((ScriptText(order.text, (0, len(order.text))),)),)
         spoken, named = order.text, order.lexicons
+    config = configs.get(order.voice)
     if named is not None:
         names = named
     else:  # unnamed: those of the voice's language
@@ -72,6 +102,17 @@ async def compose(state: GatewayState, order: SpeechOrder) -> tuple[Script | Non
     applied = apply_lexicons(script, lexicons, names)
     if not order.ssml and applied == script:
         return None, spoken  # no word of the text is in them: read as plain text
+    for item in applied:  # a lexicon's pronunciation, in the voice that says it
+        if not isinstance(item, ScriptRun) or (known := symbols(item.voice)) is None:
+            continue
+        for piece in item.pieces:
+            lacking = sorted({ch for ch in unicodedata.normalize("NFD", piece.phonemes or "")
+                              if not ch.isspace() and ch not in known})  # fmt: skip
+            if lacking:
+                raise InvalidParameter(
+                    f"the lexicon pronunciation of {piece.text!r} has symbols voice "
+                    f"{item.voice or order.voice!r} does not have: "
+                    + " ".join(f"{ch!r} (U+{ord(ch):04X})" for ch in lacking), field="lexicons")
     return applied, spoken
 
 

@@ -257,7 +257,7 @@ class StreamSession:
         """Whether an append is an SSML document: as ``start`` said (``ssml``), else if it
         starts with ``<speak``. One document per append: markup cut across appends cannot be
         read before its end, which would hold back the audio of everything before it."""
-        if self.ssml is None:
+        if self.ssml is None or not text.strip():  # whitespace: a keep-alive, not a document
             return is_ssml(text)
         if self.ssml and not is_ssml(text):
             raise InvalidParameter("the session reads SSML (ssml: true): each append must be "
