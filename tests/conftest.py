@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -27,6 +28,23 @@ from ttsvc.synthesis import Synthesizer
 from ttsvc.voice import VoiceConfig
 
 
+def _run_dir(factory: pytest.TempPathFactory) -> Path:
+    """This run's directory, shared by its xdist workers (the session's own without xdist)."""
+    base = factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def machine(factory: pytest.TempPathFactory, *, quiet: bool) -> Iterator[None]:
+    """Hold the run's machine lock: shared for work that takes every core (a compile),
+    exclusive (``quiet``) for a test that measures real time, so that none of the first runs
+    while the other xdist worker holds the second. Taken around the work itself, never around
+    the fixtures a test waits for (one may compile under the shared lock)."""
+    with (_run_dir(factory) / "machine.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)  # released on close
+        yield
+
+
 def shared_build(
     factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]
 ) -> Path:
@@ -36,16 +54,15 @@ def shared_build(
     their temp directories share a parent, so the first worker to ask builds there under a file
     lock and the others wait and reuse it. Without xdist it is the session's own directory.
     """
-    base = factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # this run's directory, shared by its workers
+    base = _run_dir(factory)
     target = base / f"shared-{name}"
     with (base / f"shared-{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not (target / ".complete").exists():
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir()
-            build(target)
+            with machine(factory, quiet=False):
+                build(target)
             (target / ".complete").touch()
     return target
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import machine
 from tests.gateway.serving import Server
 from ttsvc.repository.layout import EngineVersion
 
@@ -129,6 +130,16 @@ def ask(client: httpx.Client, text: str) -> Heard:
     return heard
 
 
+@pytest.fixture
+def quiet(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The machine to this test while it measures (the server is up first: its engines may have
+    been compiled under the shared lock): no compile runs beside it in the other xdist worker,
+    which would leave its callers half the cores the test says they have."""
+    with machine(tmp_path_factory, quiet=True):
+        yield
+
+
+@pytest.mark.usefixtures("quiet")
 def test_realtime_callers_under_capacity_never_stall(server: Server) -> None:
     callers = int(os.environ.get("TTSVC_TEST_REALTIME_CALLERS", CALLERS))
     answers: list[list[Heard]] = [[] for _ in range(callers)]
