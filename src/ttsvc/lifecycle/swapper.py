@@ -382,7 +382,10 @@ class EngineSwapper:
         await self._rescan_logged()
 
     def _reject(self, rejection: Rejection, directory: Path, detail: str = "") -> None:
-        """Count and log a new rejection (once per distinct bytes)."""
+        """Count, list and log a new rejection (once per distinct bytes): listed at once, with
+        its count, so that ``GET /voices`` never shows one without the other while a rescan
+        goes on (the rescan's end sets the whole list again)."""
+        self.rejected[rejection.version] = rejection
         self.reloads["rejected"] += 1
         if self.metrics is not None:
             self.metrics.engine_reloads.labels("rejected").inc()
