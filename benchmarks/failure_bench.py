@@ -1,8 +1,10 @@
 """Failure benchmark: bad engine versions at start, worker deaths, Wyoming abuse, counting,
-worker memory and engine file trust, each against a real ``ttsvc serve`` on loopback.
+worker memory and engine file trust (issue 25); phoneme floods, log lines through a pipe, a
+hostile voice catalogue, idle WebSockets and rollbacks (issue 36); each against a real
+``ttsvc serve`` (or ``ttsvc voices pull``) on loopback.
 
 Why this exists: the reliability benchmark covers hostile text, the drain and frozen workers;
-this one measures the failures of issue 25, so that each can be compared before and after a
+this one measures the failures of issues 25 and 36, so that each can be compared before and after a
 change (run it from a checkout of each, or with ``PYTHONPATH`` naming another ``src``):
 
 1. **badstart**: the default voice's newest version matches its manifest but cannot serve
@@ -20,6 +22,24 @@ change (run it from a checkout of each, or with ``PYTHONPATH`` naming another ``
 6. **files**: a world-writable engine file, a file owned by another user, a voice directory
    that is a symlink out of the engines root: which version (or voice) serves.
 
+And those of issue 36:
+
+7. **phonemes**: an SSML ``phoneme`` of ``--phoneme-symbols`` symbols under one word, sent
+   ``--floods`` times: what the client is told, how long it took, the worker's memory and
+   whether it was replaced, an ordinary request meanwhile.
+8. **logpipe**: the service's output through a real pipe (``serve 2>&1 | cat > log``) while
+   ``--pipe-workers`` workers and the gateway write under ``--pipe-streams`` closed-loop streams
+   for ``--pipe-s`` seconds: the lines that are not one JSON object.
+9. **catalogue**: ``ttsvc voices pull`` against a loopback catalogue whose keys are paths
+   (``../../../rel/pwned-voice``; a good key whose entry's own ``key`` is a path) and one that
+   redirects a file to another origin over plain http: the exit code, what was written outside
+   the engines directory, whether the other origin was asked, and the error line.
+10. **websockets**: ``--idle-sockets`` idle WebSockets, split between ``/synthesize/stream``
+    and ElevenLabs' ``multi-stream-input``, against a server with a short idle timeout
+    (``--ws-idle-s``, set through the environment so that older checkouts run too): how many
+    were admitted and how the rest were refused, the gateway's open descriptors and RSS before,
+    with and after them, and how many the idle timeout closed within it and ``--ws-margin-s``.
+
 It prints markdown tables and writes one JSON summary; it never fails on a figure. Run from
 the repository root::
 
@@ -29,10 +49,12 @@ the repository root::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import functools
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -42,10 +64,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import InvalidStatus
 
 from bench_common import (
     DEFAULT_ENGINES,
@@ -68,10 +93,19 @@ from ttsvc.compile.build import ensure_default_voice
 from ttsvc.config import DEFAULT_VOICE
 
 sys.path.insert(0, str(ROOT))  # the test suite's engine variants: one copy of how they are made
-from tests.engine_files import publish, random_bytes, silent_vocoder
+from tests.engine_files import publish, random_bytes, silent_vocoder, variant
+from tests.voice_mirror import (
+    MODEL_PATH,
+    TEST_VOICE,
+    Mirror,
+    hostile_files,
+    mirror_files,
+    serve_mirror,
+)
 
 DEFAULT_JSON = RESULTS / "failure_bench.json"
-SECTIONS = ("badstart", "deaths", "wyoming", "counting", "memory", "files")
+SECTIONS = ("badstart", "deaths", "wyoming", "counting", "memory", "files", "phonemes",
+            "logpipe", "catalogue", "websockets", "rollback")
 BAD_STARTS = ("corrupt", "foreign", "silent")
 SERVER_ENV = {"TTSVC_COMPILE_DEFAULT_VOICE": "0", "TTSVC_LOG_FORMAT": "json"}
 READY_TIMEOUT_S = 240.0
@@ -157,9 +191,11 @@ def default_voice_state(server: Server) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def serving(engines: Path, name: str, workers: int, extra: Sequence[str] = (),
-            ready: bool = True) -> Iterator[Server]:  # fmt: skip
+            ready: bool = True, pipe: bool = False,
+            env: dict[str, str] | None = None) -> Iterator[Server]:  # fmt: skip
     server = Server(engines, workers, SERVER_LOG_DIR / f"failure_{name}.log",
-                    extra_args=["--metrics-port", "0", *extra], env=SERVER_ENV)  # fmt: skip
+                    extra_args=["--metrics-port", "0", *extra], env={**SERVER_ENV, **(env or {})},
+                    pipe=pipe)  # fmt: skip
     try:
         if ready:
             server.wait_ready(lambda c: c.get("/health").status_code == 200
@@ -506,6 +542,438 @@ def run_files(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     return {"cases": rows}
 
 
+def run_phonemes(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    """The phoneme flood: one ``phoneme`` of ``--phoneme-symbols`` symbols under one word,
+    sent ``--floods`` times, two at a time, while a client asks for an ordinary sentence."""
+    engines = fresh_engines(args, scratch, "phonemes")
+    flood = ("<speak><phoneme alphabet='ipa' ph='" + "ʔ" * args.phoneme_symbols
+             + "'>x</phoneme></speak>")  # fmt: skip
+    with serving(engines, "phonemes", 1) as server:
+        pids = server.worker_pids() or []
+        rss_before = [status_of(pid, "VmRSS") for pid in pids]
+
+        def one(_: int) -> dict[str, Any]:
+            start = time.monotonic()
+            r = httpx.post(f"{server.base_url}/synthesize", json={"text": flood, "stream": False},
+                           timeout=120)  # fmt: skip
+            body = r.json() if r.headers.get("content-type", "").startswith("application/json") \
+                else {}  # fmt: skip
+            return {"code": r.status_code, "type": body.get("type"), "error": body.get("error"),
+                    "s": time.monotonic() - start}  # fmt: skip
+
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(one, range(args.floods)))
+            ordinary = synth(server)
+        rss_after = [status_of(pid, "VmRSS") for pid in pids]
+        same_workers = server.worker_pids() == pids
+    codes: dict[str, int] = {}
+    for a in answers:
+        key = f"{a['code']} {a['type']}"
+        codes[key] = codes.get(key, 0) + 1
+    slowest = max(a["s"] for a in answers)
+    result = {"symbols": args.phoneme_symbols, "floods": args.floods, "answers": codes,
+              "first_error": answers[0]["error"], "slowest_s": round(slowest, 3),
+              "ordinary_request": ordinary[0], "worker_rss_kb_before": rss_before,
+              "worker_rss_kb_after": rss_after, "same_workers": same_workers}  # fmt: skip
+    print(markdown_table(["case", "answer"], "ll", [
+        [f"{args.floods} × phoneme of {args.phoneme_symbols} symbols",
+         ", ".join(f"{n} × {k}" for k, n in codes.items())],
+        ["error", str(answers[0]["error"])],
+        ["slowest answer", f"{slowest:.2f} s"],
+        ["ordinary sentence meanwhile", str(ordinary[0])],
+        ["worker RSS before → after (MB)", ", ".join(
+            f"{(b or 0) / 1024:.0f} → {(a or 0) / 1024:.0f}"
+            for b, a in zip(rss_before, rss_after, strict=True))],
+        ["workers unchanged", str(same_workers)],
+    ]))  # fmt: skip
+    return result
+
+
+def run_logpipe(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    """Log integrity through a pipe: ``serve --workers N 2>&1 | cat > log`` under
+    ``--pipe-streams`` closed-loop streams for ``--pipe-s`` seconds; every line of the log must
+    be one JSON object (Loki drops or garbles the others)."""
+    engines = fresh_engines(args, scratch, "logpipe")
+    sentences = ("Turn left at the next light.", "Your table is ready for you now.",
+                 "It is ten past four in the afternoon.", "Please hold while I check.")
+    served = refused = failed = 0
+    lock = threading.Lock()
+    with serving(engines, "logpipe", args.pipe_workers, pipe=True) as server:
+        stop_at = time.monotonic() + args.pipe_s
+
+        def caller(k: int) -> None:
+            nonlocal served, refused, failed
+            n = 0
+            with httpx.Client(base_url=server.base_url, timeout=60) as client:
+                while time.monotonic() < stop_at:
+                    n += 1
+                    body = {"text": sentences[(k + n) % len(sentences)], "format": "pcm"}
+                    try:
+                        with client.stream("POST", "/synthesize", json=body) as r:
+                            r.read()
+                            code = r.status_code
+                    except httpx.HTTPError:
+                        code = 0
+                    with lock:
+                        if code == 200:
+                            served += 1
+                        elif code in (429, 503):
+                            refused += 1
+                        else:
+                            failed += 1
+
+        threads = [threading.Thread(target=caller, args=(k,)) for k in range(args.pipe_streams)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    lines = [line for line in log_lines(server) if line.strip()]
+    broken = not_json(lines)
+    result = {"workers": args.pipe_workers, "streams": args.pipe_streams, "seconds": args.pipe_s,
+              "requests_served": served, "refused": refused, "failed": failed,
+              "lines": len(lines), "broken_lines": len(broken),
+              "broken_examples": [b[:200] for b in broken[:3]]}  # fmt: skip
+    print(markdown_table(["workers", "streams", "s", "served", "lines", "broken lines"], "rrrrrr",
+                         [[str(args.pipe_workers), str(args.pipe_streams), fmt(args.pipe_s, 0),
+                           str(served), str(len(lines)), str(len(broken))]]))  # fmt: skip
+    return result
+
+
+HOSTILE_KEY = "../../../rel/pwned-voice"
+"""The catalogue key seen publishing ``<engines>/../../../rel/pwned-voice/1``."""
+DECOY_KEY = "en_US-decoy-medium"
+"""A good key whose entry's own ``key`` (the name a pull publishes under) is a path."""
+
+
+def tree(root: Path, skip: Path | None = None) -> set[str]:
+    """Every path under ``root`` (those under ``skip`` left out), relative to ``root``."""
+    return {str(p.relative_to(root)) for p in root.rglob("*")
+            if skip is None or not p.is_relative_to(skip)}  # fmt: skip
+
+
+def voices_pull(base: str, engines: Path, name: str, timeout_s: float) -> dict[str, Any]:
+    """``ttsvc voices pull NAME`` from ``base`` into ``engines``: its exit code and the last
+    line it wrote on stderr (the error, when it failed)."""
+    env = {k: v for k, v in os.environ.items() if k != "TTSVC_VOICES_URL"}
+    cmd = [sys.executable, "-m", "ttsvc.cli", "voices", "pull", name, "--base-url", base,
+           "--engines-dir", str(engines)]  # fmt: skip
+    try:
+        done = subprocess.run(cmd, cwd=engines.parent, env=env, capture_output=True, text=True,
+                              timeout=timeout_s, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"exit": None, "error": f"still running after {timeout_s:.0f} s: killed"}
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    return {"exit": done.returncode, "error": lines[-1] if lines else ""}
+
+
+def catalogue_case(case: str, scratch: Path, mirror: Mirror, name: str, timeout_s: float,
+                   other: Mirror | None = None) -> dict[str, Any]:  # fmt: skip
+    """One pull in a directory of its own: the engines directory two levels down, and the
+    directory a ``../../../`` download would land in made, so the old code's escape shows."""
+    home = scratch / "catalogue" / case
+    engines = home / "a" / "b" / "engines"
+    (home / "a" / "rel").mkdir(parents=True)
+    engines.parent.mkdir(parents=True, exist_ok=True)
+    before = tree(home)
+    asked = len(mirror.requests)
+    result = voices_pull(mirror.base, engines, name, timeout_s)
+    outside = sorted(tree(home, skip=engines) - before)
+    return {"case": case, "name": name, **result, "written_outside": outside,
+            "files_fetched": sum(p != "voices.json" for p in mirror.requests[asked:]),
+            "other_origin_asked": None if other is None else len(other.requests),
+            "published": sorted(tree(engines)) if engines.is_dir() else []}  # fmt: skip
+
+
+def run_catalogue(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    timeout_s = args.pull_timeout_s
+    rows: list[dict[str, Any]] = []
+    files = hostile_files(hostile_files(mirror_files(), HOSTILE_KEY), DECOY_KEY,
+                          entry_key="../decoy")  # fmt: skip
+    with serve_mirror(Mirror(files)) as hostile:
+        rows.append(catalogue_case("path key asked for by name", scratch, hostile, HOSTILE_KEY,
+                                   timeout_s))  # fmt: skip
+        rows.append(catalogue_case("good key, entry key a path", scratch, hostile, DECOY_KEY,
+                                   timeout_s))  # fmt: skip
+    with serve_mirror(Mirror(mirror_files())) as other, \
+            serve_mirror(Mirror(mirror_files())) as redirecting:  # fmt: skip
+        # another port of 127.0.0.1 is another origin: plain http, so not to be followed
+        redirecting.redirects[MODEL_PATH] = f"{other.base}/{MODEL_PATH}"
+        rows.append(catalogue_case("file redirected off-origin over http", scratch, redirecting,
+                                   TEST_VOICE, timeout_s, other))  # fmt: skip
+    print(markdown_table(
+        ["case", "exit", "written outside engines", "other origin asked", "error line"], "lrrrl",
+        [[r["case"], str(r["exit"]), str(len(r["written_outside"])),
+          "–" if r["other_origin_asked"] is None else str(r["other_origin_asked"]),
+          (r["error"] or "")[:110]] for r in rows]))  # fmt: skip
+    for r in rows:
+        if r["written_outside"]:
+            print(f"  {r['case']}: wrote {', '.join(r['written_outside'][:6])}")
+    return {"cases": rows}
+
+
+WS_OPEN_CONCURRENCY = 64
+"""Handshakes in flight at once while the idle sockets are opened (loopback: bounded, quick)."""
+WS_OPEN_TIMEOUT_S = 10.0
+
+
+def add_websockets_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--idle-sockets", type=int, default=1000,
+                   help="idle WebSockets opened, half on /synthesize/stream, half on "
+                   "ElevenLabs' multi-stream-input")
+    p.add_argument("--ws-idle-s", type=float, default=10.0,
+                   help="the server's --ws-idle-timeout in the websockets section (longer than "
+                   "opening the sockets takes)")
+    p.add_argument("--ws-margin-s", type=float, default=10.0,
+                   help="how long past the idle timeout the sockets are watched for its close")
+
+
+def raise_fd_limit(wanted: int) -> tuple[int, int]:
+    """This process's soft descriptor limit raised to ``wanted`` (at most the hard limit), so
+    it can hold the sockets, and the server started after it inherits it; (before, now)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def gateway_usage(pid: int) -> dict[str, Any]:
+    return {"fds": open_fds(pid), "rss_mb": round((status_of(pid, "VmRSS") or 0) / 1024, 1)}
+
+
+async def open_idle(urls: list[str]) -> tuple[list[tuple[str, ClientConnection, float]],
+                                              dict[str, int]]:  # fmt: skip
+    """Open one WebSocket per url, sending nothing; the admitted ones (route, socket, when it
+    opened) and how the rest ended (an HTTP status, or the error's name)."""
+    gate = asyncio.Semaphore(WS_OPEN_CONCURRENCY)
+    admitted: list[tuple[str, ClientConnection, float]] = []
+    refused: dict[str, int] = {}
+
+    async def one(url: str) -> None:
+        route = "stream" if url.endswith("/synthesize/stream") else "elevenlabs"
+        async with gate:
+            try:
+                ws = await connect(url, open_timeout=WS_OPEN_TIMEOUT_S, ping_interval=None,
+                                   close_timeout=1)  # fmt: skip
+            except InvalidStatus as exc:
+                how = f"HTTP {exc.response.status_code}"
+                with contextlib.suppress(ValueError, TypeError):
+                    how += f" {json.loads(exc.response.body or b'')['type']}"
+                refused[how] = refused.get(how, 0) + 1
+                return
+            except (OSError, TimeoutError) as exc:  # EMFILE, a reset, a handshake that hung
+                name = type(exc).__name__ + (f" errno {exc.errno}" if getattr(exc, "errno", None)
+                                             else "")  # fmt: skip
+                refused[name] = refused.get(name, 0) + 1
+                return
+        admitted.append((route, ws, time.monotonic()))
+
+    await asyncio.gather(*(one(url) for url in urls))
+    return admitted, refused
+
+
+async def watch_closes(admitted: list[tuple[str, ClientConnection, float]], idle_s: float,
+                       margin_s: float) -> dict[str, Any]:  # fmt: skip
+    """Wait (at most each socket's idle timeout + ``margin_s`` from its opening) for the server
+    to close each admitted socket; how many it closed, with which code, and after how long."""
+    codes: dict[str, int] = {}
+    after_s: list[float] = []
+
+    async def one(ws: ClientConnection, opened: float) -> None:
+        left = opened + idle_s + margin_s - time.monotonic()
+        try:
+            await asyncio.wait_for(ws.wait_closed(), max(left, 0.01))
+        except TimeoutError:
+            codes["still open"] = codes.get("still open", 0) + 1
+            return
+        code = ws.close_code
+        reason = ws.close_reason or ""
+        key = f"{code} idle" if reason.startswith("idle") else str(code)
+        codes[key] = codes.get(key, 0) + 1
+        after_s.append(time.monotonic() - opened)
+
+    await asyncio.gather(*(one(ws, opened) for _route, ws, opened in admitted))
+    after_s.sort()
+    return {"codes": codes, "closed_after_s": {
+        "min": round(after_s[0], 2) if after_s else None,
+        "median": round(after_s[len(after_s) // 2], 2) if after_s else None,
+        "max": round(after_s[-1], 2) if after_s else None}}  # fmt: skip
+
+
+async def close_all(admitted: list[tuple[str, ClientConnection, float]]) -> None:
+    await asyncio.gather(*(ws.close() for _route, ws, _opened in admitted),
+                         return_exceptions=True)  # fmt: skip
+
+
+def run_websockets(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    count = args.idle_sockets
+    limits = raise_fd_limit(2 * count + 256)  # before the server starts: it inherits the limit
+    engines = fresh_engines(args, scratch, "websockets")
+    # the environment rather than the flag, so that a checkout from before the setting (which
+    # ignores it) can be measured the same way
+    idle = {"TTSVC_WS_IDLE_TIMEOUT_S": f"{args.ws_idle_s:g}"}
+    with serving(engines, "websockets", 1, env=idle) as server:
+        gateway = server.proc.pid
+        base = f"ws://{HOST}:{server.port}"
+        routes = [f"{base}/synthesize/stream",
+                  f"{base}/v1/text-to-speech/{DEFAULT_VOICE}/multi-stream-input"
+                  "?output_format=pcm_22050"]  # fmt: skip
+        urls = [routes[i % 2] for i in range(count)]
+        before = gateway_usage(gateway)
+        loop = asyncio.new_event_loop()
+        try:
+            started = time.monotonic()
+            admitted, refused = loop.run_until_complete(open_idle(urls))
+            open_s = time.monotonic() - started
+            held = gateway_usage(gateway)
+            closes = loop.run_until_complete(watch_closes(admitted, args.ws_idle_s,
+                                                          args.ws_margin_s))  # fmt: skip
+            loop.run_until_complete(close_all(admitted))
+        finally:
+            loop.close()
+        until(lambda: (open_fds(gateway) or 0) <= (before["fds"] or 0) + 2, 10, server)
+        after = gateway_usage(gateway)
+        idle_lines = len(events(server, "websocket_idle"))
+    by_route = {r: sum(1 for route, _ws, _t in admitted if route == r)
+                for r in ("stream", "elevenlabs")}  # fmt: skip
+    closed_idle = sum(n for code, n in closes["codes"].items() if code.endswith("idle"))
+    result = {
+        "sockets": count, "fd_limit": {"before": limits[0], "now": limits[1]},
+        "idle_timeout_s": args.ws_idle_s, "margin_s": args.ws_margin_s,
+        "open_s": round(open_s, 2), "admitted": len(admitted), "admitted_by_route": by_route,
+        "refused": refused, "closes": closes, "closed_by_idle": closed_idle,
+        "idle_log_lines": idle_lines, "before": before, "with": held, "after": after,
+    }  # fmt: skip
+    window = f"{args.ws_idle_s:g} + {args.ws_margin_s:g} s"
+    print(markdown_table(["case", "outcome"], "ll", [
+        [f"{count} idle WebSockets (half per route)",
+         f"opened in {open_s:.1f} s; admitted {len(admitted)} (stream {by_route['stream']}, "
+         f"ElevenLabs {by_route['elevenlabs']})"],
+        ["refused", ", ".join(f"{n} × {how}" for how, n in sorted(refused.items())) or "none"],
+        ["gateway before", f"{before['fds']} fds, RSS {before['rss_mb']} MB"],
+        ["gateway with them", f"{held['fds']} fds, RSS {held['rss_mb']} MB"],
+        [f"closed by the server within {window}",
+         ", ".join(f"{n} × {code}" for code, n in sorted(closes["codes"].items())) or "none"],
+        ["closed after (s from opening)",
+         f"min {fmt(closes['closed_after_s']['min'])}, median "
+         f"{fmt(closes['closed_after_s']['median'])}, max {fmt(closes['closed_after_s']['max'])}"],
+        ["websocket_idle log lines", str(idle_lines)],
+        ["gateway after", f"{after['fds']} fds, RSS {after['rss_mb']} MB"],
+    ]))  # fmt: skip
+    return result
+
+
+ROLLBACK_WAIT_S = 90.0
+"""Most seconds any one step of the rollback section waits (a swap, the settle and canary of a
+file replaced in place, the fallback)."""
+
+
+def serving_label(server: Server) -> str | None:
+    """The default voice's serving engine label, as ``GET /voices`` shows it."""
+    label = default_voice_state(server)["engines"]["current"]
+    return None if label is None else str(label)
+
+
+def serves(server: Server, label: str, prefix: bool = False) -> bool:
+    """Whether the default voice serves ``label`` (``prefix``: a label starting so)."""
+    current = serving_label(server) or ""
+    return current.startswith(label) if prefix else current == label
+
+
+def requests_during(server: Server, stop: threading.Event, limit_s: float,
+                    seen: list[tuple[int | None, str | None]]) -> None:  # fmt: skip
+    """Short requests one after another until ``stop`` is set or ``limit_s`` passes (at most
+    200): each one's status (None: no answer) and ``X-Engine-Version``."""
+    deadline = time.monotonic() + limit_s
+    while not stop.is_set() and time.monotonic() < deadline and len(seen) < 200:
+        try:
+            seen.append(synth(server, "Who speaks now?"))
+        except httpx.HTTPError:
+            seen.append((None, None))
+
+
+def run_rollback(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    engines = fresh_engines(args, scratch, "rollback")
+    voice_dir = engines / DEFAULT_VOICE
+    original = voice_dir / "1" / "acoustic.onnx"
+    other = scratch / "rollback-acoustic.onnx"
+    variant(original, other, 1.001)  # a different, valid acoustic engine
+    steps: list[str] = []
+    with serving(engines, "rollback", 1) as server:
+        for _ in range(args.rollback_versions):
+            version = publish(engines, {})  # a renumbered copy of the newest version
+            ok = until(functools.partial(serves, server, str(version)), ROLLBACK_WAIT_S, server)
+            steps.append(f"published {version}: {'serving' if ok else 'not serving'}")
+        replaced = version
+        target = voice_dir / str(replaced) / "acoustic.onnx"
+        tmp = target.with_name("acoustic.onnx.tmp")
+        shutil.copyfile(other, tmp)
+        tmp.replace(target)  # an in-place replacement, the serving version's file
+        ok = until(functools.partial(serves, server, f"{replaced}+", True), ROLLBACK_WAIT_S,
+                   server)  # fmt: skip
+        steps.append(f"replaced a file of {replaced}: "
+                     f"{serving_label(server) if ok else 'not serving'}")  # fmt: skip
+        newest = publish(engines, {"acoustic.onnx": original})  # the manifest's own bytes again
+        ok = until(functools.partial(serves, server, str(newest)), ROLLBACK_WAIT_S, server)
+        steps.append(f"published {newest}: {'serving' if ok else 'not serving'}")
+        before = len(events(server))
+        seen: list[tuple[int | None, str | None]] = []
+        stop = threading.Event()
+        caller = threading.Thread(target=requests_during,
+                                  args=(server, stop, ROLLBACK_WAIT_S, seen))  # fmt: skip
+        caller.start()
+        try:
+            shutil.rmtree(voice_dir / str(newest))
+            withdrawn = time.monotonic()
+            until(lambda: not serves(server, str(newest)), ROLLBACK_WAIT_S, server)
+            moved_s = time.monotonic() - withdrawn
+            # past the settle window (5 s) and a canary: a late refusal or swap shows up here
+            until(lambda: time.monotonic() - withdrawn > args.rollback_observe_s,
+                  args.rollback_observe_s + 1, server)  # fmt: skip
+        finally:
+            stop.set()
+            caller.join(timeout=ROLLBACK_WAIT_S)
+        code, served_by = synth(server)
+        state = default_voice_state(server)["engines"]
+        after = [e for e in events(server)[before:] if e.get("event") in
+                 ("engine_fallback", "engine_rejected", "engine_swapped")]  # fmt: skip
+    failed = [s for s in seen if s[0] != 200]
+    result = {
+        "versions_published": args.rollback_versions + 1, "replaced_in_place": replaced,
+        "withdrawn": newest, "steps": steps, "served_after": served_by, "code_after": code,
+        "moved_after_s": round(moved_s, 2),
+        "fallbacks": [{k: e.get(k) for k in ("from_version", "to_version", "reason", "skipped")}
+                      for e in after if e["event"] == "engine_fallback"],
+        "after_withdrawal": [{"event": e["event"], "engine_version": e.get("engine_version"),
+                              "version": e.get("version"), "file": e.get("file"),
+                              "reason": e.get("reason")} for e in after],
+        "rejected_listed": state.get("rejected", []), "pending_listed": state.get("pending", []),
+        "requests": len(seen), "failed_requests": len(failed),
+        "labels_seen": sorted({label for _c, label in seen if label}),
+    }  # fmt: skip
+    print("\n".join(steps), file=sys.stderr)
+    print(markdown_table(
+        ["withdrawn", "served after", "fallback line", "logged after the withdrawal",
+         "requests (failed)"], "llllr",
+        [[str(newest), str(served_by),
+          "; ".join(f"{f['from_version']} -> {f['to_version']}, skipped: "
+                    f"{', '.join(f['skipped'] or []) or 'none'}"
+                    for f in result["fallbacks"]) or "none",
+          "; ".join(f"{e['event']} {e['engine_version'] or e['version']}"
+                    for e in result["after_withdrawal"]) or "none",
+          f"{len(seen)} ({len(failed)})"]]))  # fmt: skip
+    return result
+
+
+def rollback_options(p: argparse.ArgumentParser) -> None:
+    """The rollback section's options (merge into ``build_arg_parser``)."""
+    p.add_argument("--rollback-versions", type=int, default=4,
+                   help="versions published (each waited on) before a file of the last one is "
+                   "replaced in place; one more is then published and withdrawn")
+    p.add_argument("--rollback-observe-s", type=float, default=12.0,
+                   help="seconds watched after the withdrawal (past the 5 s settle window)")
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -520,6 +988,17 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="how long the stalled and idle sockets are watched (past the header "
                    "timeout, 10 s, and the Wyoming idle timeout, 30 s)")
     p.add_argument("--aborts", type=int, default=5, help="uploads aborted mid-body")
+    p.add_argument("--phoneme-symbols", type=int, default=3000,
+                   help="symbols in the flood's one phoneme")
+    p.add_argument("--floods", type=int, default=6, help="phoneme floods sent")
+    p.add_argument("--pipe-workers", type=int, default=4, help="workers writing to the pipe")
+    p.add_argument("--pipe-streams", type=int, default=64, help="closed-loop streams, logpipe")
+    p.add_argument("--pipe-s", type=float, default=90.0, help="seconds of load, logpipe")
+    p.add_argument("--pull-timeout-s", type=float, default=240.0,
+                   help="the most one `ttsvc voices pull` of the catalogue section may take "
+                   "(a pull the old code lets through compiles for real: 10 to 60 s)")
+    add_websockets_arguments(p)
+    rollback_options(p)
     p.add_argument("--json", type=Path, default=DEFAULT_JSON)
     return p  # fmt: skip
 
@@ -527,6 +1006,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
 RUNNERS: dict[str, Callable[[argparse.Namespace, Path], dict[str, Any]]] = {
     "badstart": run_badstart, "deaths": run_deaths, "wyoming": run_wyoming,
     "counting": run_counting, "memory": run_memory, "files": run_files,
+    "phonemes": run_phonemes, "logpipe": run_logpipe, "catalogue": run_catalogue,
+    "websockets": run_websockets, "rollback": run_rollback,
 }  # fmt: skip
 
 

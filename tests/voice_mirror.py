@@ -2,7 +2,8 @@
 
 It serves ``voices.json`` and the packaged default voice's files under another voice's name, so
 a pull compiles a voice no engines directory has; its faults (a missing file, a cut download, a
-file whose bytes differ from the catalogue's md5) are switched per path.
+file whose bytes differ from the catalogue's md5, a redirect) are switched per path, and
+``hostile_files`` adds catalogue entries whose names are paths.
 """
 
 from __future__ import annotations
@@ -54,12 +55,15 @@ def _voice(name: str, code: str, files: dict[str, bytes]) -> dict[str, object]:
 @dataclass
 class Mirror:
     """What the server serves: ``files`` by path; ``cut`` paths send half their bytes under the
-    full Content-Length and close; ``missing`` paths answer 404."""
+    full Content-Length and close; ``missing`` paths answer 404; ``redirects`` paths answer 302
+    to their ``Location``. ``requests``: every path asked for, in order."""
 
     files: dict[str, bytes]
     cut: set[str] = field(default_factory=set)
     missing: set[str] = field(default_factory=set)
+    redirects: dict[str, str] = field(default_factory=dict)
     base: str = ""
+    requests: list[str] = field(default_factory=list)
 
 
 def mirror_files() -> dict[str, bytes]:
@@ -81,6 +85,18 @@ def mirror_files() -> dict[str, bytes]:
     return {"voices.json": json.dumps(catalogue).encode(), MODEL_PATH: model, CONFIG_PATH: config}
 
 
+def hostile_files(
+    files: dict[str, bytes], key: str, entry_key: str | None = None, aliases: tuple[str, ...] = ()
+) -> dict[str, bytes]:
+    """``files`` whose catalogue also lists the test voice's files (md5 and all, so only the name
+    is wrong) under ``key``, the entry's own ``key`` being ``entry_key`` (default: ``key``)."""
+    catalogue = json.loads(files["voices.json"])
+    entry = dict(catalogue[TEST_VOICE])
+    entry["key"], entry["aliases"] = entry_key or key, list(aliases)
+    catalogue[key] = entry
+    return files | {"voices.json": json.dumps(catalogue).encode()}
+
+
 @contextmanager
 def serve_mirror(mirror: Mirror) -> Iterator[Mirror]:
     """``mirror`` on 127.0.0.1 in a thread; ``mirror.base`` is its base URL while it runs."""
@@ -88,6 +104,13 @@ def serve_mirror(mirror: Mirror) -> Iterator[Mirror]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.removeprefix(PREFIX)
+            mirror.requests.append(path)
+            if path in mirror.redirects:
+                self.send_response(302)
+                self.send_header("Location", mirror.redirects[path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             if path not in mirror.files or path in mirror.missing:
                 self.send_error(404)
                 return

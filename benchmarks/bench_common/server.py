@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -73,16 +74,32 @@ class ServerProcess:
         port: int,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        pipe: bool = False,
     ) -> None:
+        """``pipe``: the output goes through a real pipe that a thread copies to ``log_path``
+        (``serve 2>&1 | cat > log``: how a container runtime collects it) rather than
+        straight into the file."""
         self.argv = list(argv)
         self.port = port
         self.log_path = log_path
         full_env = None if env is None else {**os.environ, **env}
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._copier: threading.Thread | None = None
         with log_path.open("wb") as log_file:
             self.proc: subprocess.Popen[bytes] = subprocess.Popen(
-                self.argv, stdout=log_file, stderr=subprocess.STDOUT, cwd=cwd, env=full_env
-            )
+                self.argv, stdout=subprocess.PIPE if pipe else log_file,
+                stderr=subprocess.STDOUT, cwd=cwd, env=full_env,
+            )  # fmt: skip
+        if pipe:
+            self._copier = threading.Thread(target=self._copy, name="log-copy", daemon=True)
+            self._copier.start()
+
+    def _copy(self) -> None:
+        """The pipe's bytes to the log file in the pieces the pipe gives (as ``cat`` does)."""
+        assert self.proc.stdout is not None
+        with self.log_path.open("ab", buffering=0) as out:
+            while data := os.read(self.proc.stdout.fileno(), 65536):
+                out.write(data)
 
     @property
     def base_url(self) -> str:
@@ -138,6 +155,12 @@ class ServerProcess:
         Returns the exit code, or None if even the killed process did not go away.
         ``announce_kill`` says so on stderr when the kill is needed.
         """
+        code = self._stop(timeout_s, announce_kill)
+        if self._copier is not None:
+            self._copier.join(timeout=10)  # the pipe's end, once every process holding it exits
+        return code
+
+    def _stop(self, timeout_s: float, announce_kill: bool) -> int | None:
         proc = self.proc
         if proc.poll() is not None:
             return proc.returncode
@@ -173,11 +196,12 @@ class Server(ServerProcess):
         port: int = 0,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        pipe: bool = False,
     ) -> None:
         port = port or free_port()
         self.workers = workers
         argv = serve_argv(engines_dir, workers, port, extra_args)
-        super().__init__(argv, log_path, port=port, env=env, cwd=ROOT)
+        super().__init__(argv, log_path, port=port, env=env, cwd=ROOT, pipe=pipe)
 
     def worker_pids(self) -> list[int] | None:
         """Spawned worker processes (not multiprocessing's resource tracker), from /proc; None

@@ -130,6 +130,16 @@ class Settings(BaseSettings):
     is closed (a client streaming text pauses between pieces as its LLM writes, so longer than
     the HTTP idle timeout). An event cut short must arrive whole within ``header_timeout_s``
     and ``body_timeout_s``, as an HTTP request."""
+    ws_max_sessions: int = Field(256, ge=1, le=100_000)
+    """WebSocket sessions open at once, ``/synthesize/stream`` and ElevenLabs' routes counted
+    together (each holds a socket and its tasks in the gateway whatever it sends); one more is
+    refused at the handshake with 429 ``overloaded``. Below the usual 1024 descriptors a
+    process may open, with room for HTTP's connections and the workers' pipes."""
+    ws_idle_timeout_s: float = Field(60.0, gt=0, le=3600)
+    """A WebSocket session whose client sends nothing for this long while nothing is being
+    spoken or waited for on it is closed (1008). A voice agent keeps its socket between turns,
+    so longer than Wyoming's; ElevenLabs closes after 20 s, so clients written for it send
+    keep-alives or reconnect."""
     workers: int = Field(ge=1, le=MAX_PROCESSES)
     """Worker processes. Unset: from ``cpus`` like ``compute_threads`` (one per CPU with the
     legacy scheduler), or ``ceil(cpus / compute_threads)`` when that is given."""

@@ -53,6 +53,16 @@ class ScriptText:
     """The voice's own phoneme symbols to say instead of reading ``text`` (SSML's ``phoneme``,
     a lexicon's pronunciation): ``text`` is then only the word it names."""
 
+    @property
+    def size(self) -> int:
+        """The characters this piece counts as against the length caps: its text, or, when it
+        is said by phonemes, one per symbol (a word's symbols are about as many as its
+        letters). Why: the symbols, not the word they name, are what the acoustic model reads,
+        so 3,000 of them under one word must not pass as one character."""
+        if self.phonemes is None:
+            return len(self.text)
+        return sum(1 for ch in self.phonemes if not ch.isspace())
+
 
 @dataclass(frozen=True)
 class ScriptRun:

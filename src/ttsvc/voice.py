@@ -7,6 +7,7 @@ directory (``voice.json``) so nothing the voice's authors wrote is lost.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,6 +19,22 @@ SAMPLE_RATE = 22050
 engines are known (every Piper medium voice speaks at it)."""
 VOICE_FILE = "voice.json"
 """The voice's Piper config, kept verbatim in every engine version directory."""
+NAME_MAX = 64
+NAME_RE = re.compile(rf"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{NAME_MAX - 1}}}")
+"""A voice's name, which is its directory in the engines directory (and the rule lexicon and
+SSML names follow too): a plain directory name, never a path, whatever a catalogue, a request
+or an argument says. The Helm chart's ``voices.pull`` schema holds the same rule."""
+NAME_RULE = (f"letters, digits, '.', '_' and '-', starting with a letter or digit, no '..', "
+             f"at most {NAME_MAX} characters")  # fmt: skip
+
+
+def name_problem(name: str, what: str = "voice") -> str | None:
+    """``None`` for a good name; else why not, in one line (a hostile name shown escaped and
+    cut short, so it can neither break the line nor flood it)."""
+    if NAME_RE.fullmatch(name):
+        return None
+    shown = name if len(name) <= 80 else f"{name[:77]}..."
+    return f"{shown!r} is not a {what} name: {NAME_RULE}"
 
 
 class InferenceDefaults(BaseModel):

@@ -18,21 +18,31 @@ import pytest
 from tests.voice_mirror import (
     CONFIG_PATH,
     MODEL_PATH,
+    PREFIX,
     TEST_VOICE,
     Mirror,
+    hostile_files,
     mirror_files,
     serve_mirror,
 )
 from ttsvc.compile import pull
 from ttsvc.compile.pull import pull_voice
 from ttsvc.repository.catalogue import (
+    MAX_REDIRECTS,
     Catalogue,
+    CatalogueVoice,
     FetchError,
+    RedirectRefused,
     UnknownCatalogueVoice,
     base_url,
+    client,
     fetch_catalogue,
+    redirect_problem,
 )
 from ttsvc.repository.manifest import MANIFEST_NAME
+
+HOSTILE = "../../../rel/pwned-voice"
+"""The catalogue key seen publishing ``<engines>/../../../rel/pwned-voice/1``."""
 
 
 @pytest.fixture
@@ -58,10 +68,10 @@ def _pull_fails(mirror: Mirror, engines: Path) -> str:
     """Pull the test voice, expecting a ``FetchError``; the engines directory must be unchanged
     and the compile never reached."""
     before = _tree(engines)
-    with httpx.Client() as client:
-        catalogue = fetch_catalogue(client, mirror.base)
+    with client() as http:
+        catalogue = fetch_catalogue(http, mirror.base)
         with pytest.raises(FetchError) as failed:
-            pull_voice(catalogue, TEST_VOICE, engines, client)
+            pull_voice(catalogue, TEST_VOICE, engines, http)
     assert _tree(engines) == before  # the old version untouched, no .pull- directory left
     return str(failed.value)
 
@@ -165,3 +175,116 @@ def test_disk_full_while_compiling_says_so(
     monkeypatch.setattr(pull, "compile_voice", full)
     message = _pull_fails(mirror, engines)
     assert message == f"disk full compiling {TEST_VOICE} in {engines}"
+
+
+@pytest.fixture
+def other() -> Iterator[Mirror]:
+    """A second mirror: another origin (another port of 127.0.0.1)."""
+    with serve_mirror(Mirror(mirror_files())) as served:
+        yield served
+
+
+def test_hostile_key_asked_for_by_name_writes_nothing_anywhere(
+    mirror: Mirror, tmp_path: Path
+) -> None:
+    """Before: the entry was found, its files (the md5 right) downloaded to
+    ``<engines>/.pull-*/../../../rel/pwned-voice.onnx`` and compiled into
+    ``<engines>/../../../rel/pwned-voice/1``. Now the entry is set aside when the catalogue is
+    read, and asking for it says why."""
+    engines = tmp_path / "a" / "b" / "engines"
+    (tmp_path / "a" / "rel").mkdir(parents=True)  # where the download landed: it exists
+    mirror.files = hostile_files(mirror.files, HOSTILE)
+    before = _tree(tmp_path)
+    with client() as http:
+        catalogue = fetch_catalogue(http, mirror.base)
+        with pytest.raises(FetchError) as refused:
+            pull_voice(catalogue, HOSTILE, engines, http)
+    assert _tree(tmp_path) == before
+    assert str(refused.value) == (
+        f"{mirror.base}/voices.json: entry refused: '{HOSTILE}' is not a voice name: letters, "
+        "digits, '.', '_' and '-', starting with a letter or digit, no '..', at most 64 "
+        "characters"
+    )
+    assert mirror.requests == ["voices.json"]  # not one file of it fetched
+
+
+def test_entries_whose_names_are_paths_are_set_aside(mirror: Mirror) -> None:
+    """Under a path key, or a good key whose entry's own ``key`` is a path (the name a pull
+    publishes), or asked for by an alias: never listed, never found, each said once."""
+    files = hostile_files(mirror.files, HOSTILE)
+    files = hostile_files(files, "en_US-decoy-medium", entry_key="../decoy", aliases=("decoy",))
+    catalogue = Catalogue.parse(mirror.base, json.loads(files["voices.json"]))
+    assert [v.name for v in catalogue.listing()] == ["de_DE-thorsten-high", TEST_VOICE]
+    for name in (HOSTILE, "en_US-decoy-medium", "../decoy", "decoy"):
+        with pytest.raises(FetchError) as refused:
+            catalogue.find(name)
+        assert not isinstance(refused.value, UnknownCatalogueVoice)
+        assert "entry refused" in str(refused.value)
+    assert "'../decoy' is not a voice name" in str(refused.value)
+    assert len(catalogue.skipped) == 2
+    with pytest.raises(UnknownCatalogueVoice) as unknown:  # never offered as a near name
+        catalogue.find("en_US-decoy-mediun")
+    assert str(unknown.value).endswith(f"did you mean {TEST_VOICE}?")
+
+
+def test_pull_refuses_a_path_name_the_catalogue_let_through(mirror: Mirror, tmp_path: Path) -> None:
+    """Defense in depth: a ``Catalogue`` built without ``parse``'s check still writes nothing
+    (the download's own file name is the voice's)."""
+    entry = json.loads(mirror.files["voices.json"])[TEST_VOICE] | {"key": HOSTILE}
+    catalogue = Catalogue(mirror.base, {"x": CatalogueVoice.model_validate(entry)})
+    engines = tmp_path / "a" / "b" / "engines"
+    with client() as http, pytest.raises(FetchError, match=r"is not a voice name.*: refused$"):
+        pull_voice(catalogue, "x", engines, http)
+    assert _tree(tmp_path) == [] and mirror.requests == []
+
+
+def test_redirect_to_another_origin_over_http_is_refused(
+    mirror: Mirror, other: Mirror, engines: Path
+) -> None:
+    """Before: followed to any host, in the clear. Now neither the catalogue nor a file
+    follows it, and the other host is never asked."""
+    mirror.redirects[MODEL_PATH] = f"{other.base}/{MODEL_PATH}"
+    message = _pull_fails(mirror, engines)
+    assert message == (
+        f"redirect from {mirror.base}/{MODEL_PATH} to {other.base}/{MODEL_PATH} refused: a "
+        f"redirect is followed only to https or within {mirror.base.split(PREFIX[:-1])[0]}"
+    )
+    mirror.redirects["voices.json"] = f"{other.base}/voices.json"
+    with client() as http, pytest.raises(RedirectRefused, match="refused: a redirect is"):
+        fetch_catalogue(http, mirror.base)
+    assert other.requests == []
+
+
+def test_redirect_within_the_origin_is_followed(
+    mirror: Mirror, engines: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiled: list[Path] = []
+    monkeypatch.setattr(pull, "compile_voice", lambda opts: compiled.append(opts.checkpoint))
+    mirror.files["moved.onnx"] = mirror.files[MODEL_PATH]
+    mirror.redirects[MODEL_PATH] = f"{PREFIX}moved.onnx"  # a path: the same origin
+    with client() as http:
+        pull_voice(fetch_catalogue(http, mirror.base), TEST_VOICE, engines, http)
+    assert len(compiled) == 1 and mirror.requests[-2:] == ["moved.onnx", CONFIG_PATH]
+
+
+def test_a_redirect_loop_ends_after_the_limit(mirror: Mirror, engines: Path) -> None:
+    mirror.redirects[MODEL_PATH] = f"{PREFIX}{MODEL_PATH}"
+    message = _pull_fails(mirror, engines)
+    assert message == f"{mirror.base}/{MODEL_PATH}: more than {MAX_REDIRECTS} redirects: refused"
+    assert mirror.requests.count(MODEL_PATH) == MAX_REDIRECTS + 1
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "followed"),
+    [
+        ("https://huggingface.co/a", "https://cdn-lfs.hf.co/b", True),  # Hugging Face's own
+        ("http://mirror.corp/a", "https://cdn.example/b", True),  # up to https: anywhere
+        ("http://mirror.corp/a", "http://mirror.corp/b", True),
+        ("http://mirror.corp:80/a", "http://mirror.corp/b", True),  # the same port, spelled out
+        ("http://mirror.corp/a", "http://mirror.corp:8080/b", False),
+        ("http://mirror.corp/a", "http://evil.example/b", False),
+        ("https://mirror.corp/a", "http://mirror.corp/b", False),  # down to plain http
+    ],
+)
+def test_redirect_rule(source: str, target: str, followed: bool) -> None:
+    assert (redirect_problem(httpx.URL(source), httpx.URL(target)) is None) is followed

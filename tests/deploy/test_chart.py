@@ -26,6 +26,7 @@ from kubernetes_validate.utils import SchemaNotFoundError
 
 from ttsvc.config import Settings
 from ttsvc.observability.metrics import ServiceMetrics
+from ttsvc.voice import NAME_MAX, name_problem
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "ttsvc"
 SUPPORTED_KUBERNETES = ("1.33", "1.34", "1.35", "1.36", "1.37")
@@ -313,6 +314,18 @@ def test_list_and_map_settings_reach_the_service_as_json(
                          monkeypatch).cors_origins == []  # fmt: skip
 
 
+def test_connection_bounds_are_chart_settings(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every transport's session bounds can be set from the chart (its schema lists each
+    setting it lets through: a bound missing there fails the install)."""
+    wanted = {"ws_max_sessions": 32, "ws_idle_timeout_s": 15.0, "wyoming_max_connections": 8,
+              "wyoming_idle_timeout_s": 10.0}  # fmt: skip
+    settings = settings_from(settings_configmap(render(chart, {"settings": wanted})),
+                             monkeypatch)  # fmt: skip
+    assert {name: getattr(settings, name) for name in wanted} == wanted
+
+
 def test_wyoming_is_an_option_off_by_default(
     chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -532,4 +545,22 @@ def test_no_voices_job_without_voices_pull(chart: helm.Chart) -> None:
     assert "voices.pull needs engines.hostPath.enabled" in str(refused.value)
     with pytest.raises(helm.HelmValuesError) as bad:
         chart.render({"voices": {"pull": ["--force"]}}, name=RELEASE)
+    assert "/voices/pull/0" in str(bad.value)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["en_GB-alba-medium", "v1.2", "x" * NAME_MAX, "x" * (NAME_MAX + 1), "../../../rel/pwned-voice",
+     "a/b", ".hidden", "a..b", "-flag", "a b"],
+)  # fmt: skip
+def test_voices_pull_takes_what_ttsvc_takes_as_a_voice_name(chart: helm.Chart, name: str) -> None:
+    """The schema's pattern is ``ttsvc.voice.NAME_RE`` in JSON Schema's terms (Go's regexp has
+    no lookahead: the '..' is a ``not``): an install fails on a name the Job would refuse."""
+    values = {"voices": {"pull": [name]}}
+    if name_problem(name) is None:
+        (job,) = one(render(chart, values), "Job")["spec"]["template"]["spec"]["containers"]
+        assert job["args"][2] == name
+        return
+    with pytest.raises(helm.HelmValuesError) as bad:
+        chart.render(values, name=RELEASE)
     assert "/voices/pull/0" in str(bad.value)

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -43,8 +44,11 @@ class Server:
         headers: dict[str, str] | None = None,
         host: str | None = "127.0.0.1",
         metrics_port: bool = True,
+        pipe: bool = False,
     ) -> None:
-        """``metrics_port=False``: leave the metrics port to the service's default."""
+        """``metrics_port=False``: leave the metrics port to the service's default. ``pipe``:
+        the server's output goes through a real pipe (as a container runtime collects it),
+        which a thread copies, byte for byte, to the log file the other methods read."""
         self.port = _free_port()
         self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - open as long as the server
         # the server writes through the same open file: with O_APPEND its lines always go to
@@ -59,11 +63,23 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ttsvc.cli", "serve", *(["--host", host] if host else []),
              "--port", str(self.port), *metrics, "--engines-dir", str(engines), *args],
-            stdout=self.log, stderr=subprocess.STDOUT, env={**environ, **(env or {})},
+            stdout=subprocess.PIPE if pipe else self.log, stderr=subprocess.STDOUT,
+            env={**environ, **(env or {})},
         )  # fmt: skip
+        self._copier: threading.Thread | None = None
+        if pipe:
+            self._copier = threading.Thread(target=self._copy, name="server-log", daemon=True)
+            self._copier.start()
         self.headers = headers or {}
         """Sent with every request of ``client`` (an API key, for a server that needs one)."""
         self.client = httpx.Client(base_url=self.url, timeout=60, headers=self.headers)
+
+    def _copy(self) -> None:
+        """The pipe's bytes to the log file as they come, in the pieces the pipe gives."""
+        assert self.proc.stdout is not None
+        out = self.log.fileno()
+        while data := os.read(self.proc.stdout.fileno(), 65536):
+            os.write(out, data)
 
     def wait_ready(self, workers: int) -> None:
         for _ in range(HEALTH_POLLS):
@@ -121,7 +137,8 @@ class Server:
     def synth(self, text: str, **kw: object) -> httpx.Response:
         return self.client.post("/synthesize", json={"text": text, **kw})
 
-    def stop(self) -> None:
+    def stop(self, keep_log: bool = False) -> None:
+        """SIGTERM and wait; ``keep_log``: the log stays readable (closed with the object)."""
         self.client.close()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -130,7 +147,10 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.log.close()
+        if self._copier is not None:
+            self._copier.join(timeout=60)  # the pipe's end: every process that held it is gone
+        if not keep_log:
+            self.log.close()
 
 
 def engines_state(server: Server) -> dict[str, object]:

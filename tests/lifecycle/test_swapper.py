@@ -31,6 +31,7 @@ from tests.engine_files import (
     variant,
 )
 from tests.gateway.serving import HEALTH_POLLS, Server, engines_state, wait_engines, wait_until
+from ttsvc.lifecycle.swapper import WITHDRAWN
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.repository.manifest import load_manifest, write_manifest
 
@@ -195,6 +196,40 @@ def test_mv_cp_habit_under_load_and_rollback(engines: Path, server_factory: list
     wait_engines(srv, lambda s: s["current"] == "1", "rollback to 1")
     assert srv.synth("Rolled back.").headers["x-engine-version"] == "1"
     assert engines_state(srv)["reloads"] == {"ok": 2}
+
+
+def test_withdrawing_the_newest_falls_back_to_the_newest_version_that_verifies(
+    engines: Path, server_factory: list[Server], candidates: Path
+) -> None:
+    """Issue 36's outside run: versions published one after another, a file of the serving one
+    replaced in place (it passes the canary and serves), a newer version published, then the
+    newest withdrawn. The replaced version no longer serves and no longer matches its manifest:
+    it is refused at once, as a restarted pod refuses it, and the newest version below it that
+    verifies serves, one ``engine_fallback`` line saying from what, to what and why each version
+    between was skipped. Before: the replaced version was skipped silently as still changing
+    (its settle clock started anew though the file had long been final), an older version
+    served with no line saying why, and the refusal came a settle window later."""
+    srv = _start(engines, server_factory)
+    source = engines / VOICE / "1"
+    for version in (2, 3):
+        assert _publish_copy(engines, source) == version
+        wait_engines(srv, lambda s, v=version: s["current"] == str(v), f"version {version}")
+    _mv_cp(engines / VOICE / "3", "acoustic.onnx", candidates / "acoustic-a.onnx")
+    wait_engines(srv, lambda s: str(s["current"]).startswith("3+"), "version 3 replaced in place")
+    assert _publish_copy(engines, source) == 4
+    wait_engines(srv, lambda s: s["current"] == "4", "version 4")
+    responses = _streams_during(srv, lambda: shutil.rmtree(engines / VOICE / "4"), n=2)
+    (fell,) = wait_until(srv, lambda: _events(srv, "engine_fallback"), bool, "the fallback")
+    assert (fell["from_version"], fell["to_version"]) == ("4", "2")
+    assert fell["reason"] == WITHDRAWN
+    assert fell["skipped"] == ["version 3: acoustic.onnx: sha256 does not match the manifest"]
+    state = engines_state(srv)
+    assert state["current"] == "2" and state["pending"] == []
+    assert state["rejected"] == [{"version": 3, "file": "acoustic.onnx",
+                                  "reason": "sha256 does not match the manifest"}]  # fmt: skip
+    assert [e["version"] for e in _events(srv, "engine_rejected")] == [3]
+    _check_whole_wavs(responses, {"4"})  # no request failed across the fallback
+    assert srv.synth("Rolled back.", **DET).headers["x-engine-version"] == "2"
 
 
 def test_slow_copy_loads_once_after_it_completes(engines: Path, server_factory: list[Server],
@@ -498,6 +533,11 @@ def test_a_newest_version_that_cannot_serve_is_rejected_at_start(
     assert r.status_code == 200 and r.headers["x-engine-version"] == "1"
     (logged,) = _events(srv, "engine_rejected")
     assert logged["version"] == 2 and logged["detail"]  # the runtime's own words, in the log
+    (fell,) = _events(srv, "engine_fallback")  # said once, with why it left version 2
+    assert (fell["from_version"], fell["to_version"]) == ("2", "1")
+    why = (f"{file}: " if file else "") + str(rejected["reason"])
+    assert fell["reason"] == f"workers could not start on it: {why}"
+    assert fell["skipped"] == [f"version 2: {why}"]
     assert _events(srv, "worker_died") == []
     assert 1 <= len(_events(srv, "worker_start_failed")) <= 2  # each worker once at most
     # every line written through the failing loads is one JSON object (tracebacks inside)

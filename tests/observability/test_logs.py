@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import io
 import json
 import logging
 import os
@@ -10,13 +12,16 @@ import select
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 import pytest
 import structlog
 
-from ttsvc.observability.logs import configure_logging, get_logger
+from ttsvc.observability.logs import LineSink, configure_logging, get_logger
+
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux; Python 3.10+ names it
 
 FIELDS = {"uid": "req-7", "qsize": 3, "latency": 0.125, "text_len": 42}
 """Fields the dashboards' Loki queries read."""
@@ -133,3 +138,105 @@ def test_every_line_a_json_process_writes_is_a_json_object() -> None:
     last = by_event["uncaught_exception"]
     assert "RuntimeError: the end of the process" in str(last["exception"])
     assert last["level"] == "critical"
+
+
+WRITER = """
+import logging, sys
+from ttsvc.observability.logs import LineSink, configure_logging, get_logger
+configure_logging("info", sys.stdout, "json")
+sys.stdin.read()  # all writers start together: the parent closes their stdin at once
+log, std = get_logger("worker"), logging.getLogger("uvicorn.access")
+for n in range(int(sys.argv[1])):
+    log.info("request", uid=f"{sys.argv[2]}-{n}", detail="x" * (n % 7) * 1500)
+    std.info("access %s-%d", sys.argv[2], n)
+"""
+
+
+def test_lines_of_several_processes_through_one_pipe_stay_whole() -> None:
+    """Writers share one pipe, as the gateway and its workers share a container's stdout: the
+    pipe's buffer made as small as Linux allows (one page), so that writes block and split, and
+    lines up to 9 KB, over the 4 KiB a pipe keeps whole. Every line read must be one JSON
+    object, and every event must be there once."""
+    read, write = os.pipe()
+    fcntl.fcntl(write, F_SETPIPE_SZ, 4096)
+    count, writers = 150, 4
+    command = [sys.executable, "-c", WRITER, str(count)]
+    procs = [subprocess.Popen([*command, f"w{k}"], stdin=subprocess.PIPE, stdout=write)
+             for k in range(writers)]  # fmt: skip
+    os.close(write)
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.close()
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    for proc in procs:
+        assert proc.wait(timeout=60) == 0
+    lines = data.decode().splitlines()
+    events = [json.loads(line) for line in lines]  # a broken line fails here
+    uids = sorted(str(e["uid"]) for e in events if e["event"] == "request")
+    assert uids == sorted(f"w{k}-{n}" for k in range(writers) for n in range(count))
+    assert sum(1 for e in events if e.get("logger") == "uvicorn.access") == writers * count
+
+
+class _Reentering(io.StringIO):
+    """A stream on a pipe's write end whose flush logs a line of its own, once: what a
+    finalizer run by the garbage collector in the middle of a write does."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+        self.sink: LineSink | None = None
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def flush(self) -> None:
+        sink, self.sink = self.sink, None
+        if sink is not None:
+            sink.write_line('{"event": "inner"}')
+
+
+def _in_thread(call: Callable[[], None]) -> bool:
+    """Whether ``call`` returned (within a minute: a deadlock would never)."""
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    return not thread.is_alive()
+
+
+def test_a_line_logged_during_a_write_follows_it() -> None:
+    read, write = os.pipe()
+    stream = _Reentering(write)
+    sink = stream.sink = LineSink(stream)
+    assert _in_thread(lambda: sink.write_line('{"event": "outer"}'))
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        assert [json.loads(line)["event"] for line in pipe] == ["outer", "inner"]
+
+
+HOLDER = """
+import fcntl, sys
+fcntl.lockf(1, fcntl.LOCK_EX)
+print("locked", file=sys.stderr, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_stopped_process_holding_the_lock_delays_a_line_but_never_blocks_it() -> None:
+    """A worker stopped (SIGSTOP) while it writes holds the record lock for as long as it is
+    stopped: the gateway, which logs from its event loop, must not wait for it."""
+    read, write = os.pipe()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE,
+                              stdout=write, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert holder.stdin is not None and holder.stderr is not None
+    try:
+        assert holder.stderr.readline() == "locked\n"
+        with os.fdopen(os.dup(write), "w") as stream:
+            sink = LineSink(stream)
+            assert _in_thread(lambda: sink.write_line('{"event": "meanwhile"}'))
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        assert json.loads(pipe.readline())["event"] == "meanwhile"

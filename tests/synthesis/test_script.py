@@ -189,3 +189,31 @@ def test_phonemes_without_a_sentence_end_still_make_sentences_of_a_bounded_size(
     cap = synth.frontend.max_sentence_chars
     assert all(len(s.text) <= cap + 10 for s in found)
     assert sum(1 for s in found for w in s.words if w.text == "Acme") == 60
+
+
+def test_a_sentence_is_cut_by_the_phonemes_it_says_not_the_word_they_name(
+    synth: Synthesizer,
+) -> None:
+    """Forty one-letter words each said by 50 symbols: 2,000 symbols and 40 letters. The cut
+    counts the symbols, which the acoustic model reads at once."""
+    pieces = [ScriptText("x", (2 * i, 2 * i + 1), verbatim=False, phonemes="ˈækmi" * 10)
+              for i in range(40)]  # fmt: skip
+    found = synth.frontend.run_sentences(ScriptRun(tuple(pieces)))
+    cap = synth.frontend.max_sentence_chars
+    assert len(found) >= 2000 // (2 * cap)
+    assert all(len(s.phonemes) <= cap + 60 for s in found)
+    assert sum(s.phonemes.count("æ") for s in found) == 400
+
+
+def test_a_word_said_by_phonemes_stays_in_its_sentence_before_a_long_text(
+    synth: Synthesizer,
+) -> None:
+    """The cut weighs the next sentence of the text, not all the text that follows: a lexicon
+    word early in a paragraph keeps its sentence's intonation."""
+    rest = " makes tools for the home. " + "Our shops are open every day of the week. " * 6
+    pieces = (ScriptText("Today our brand ", (0, 16)),
+              ScriptText("Acme", (16, 20), verbatim=False, phonemes="ˈækmi"),
+              ScriptText(rest, (20, 20 + len(rest))))  # fmt: skip
+    found = synth.frontend.run_sentences(ScriptRun(pieces))
+    assert found[0].text.split() == "Today our brand Acme makes tools for the home.".split()
+    assert len(found) == 7

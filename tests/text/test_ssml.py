@@ -256,3 +256,12 @@ def test_spoken_text_joins_the_runs() -> None:
     parsed = parse_ssml('<speak>Hi <sub alias="there">t</sub>.<break time="1s"/>Bye.</speak>')
     assert parsed.text == "Hi there . Bye."
     assert all(isinstance(p, ScriptText) for r in runs("<speak>x</speak>") for p in r.pieces)
+
+
+def test_a_phoneme_counts_its_symbols_against_the_sentence_cap() -> None:
+    """Spaces between symbols are free; combining marks count, as the voice reads them."""
+    (run,) = runs("<speak><phoneme ph='ə ə ə'>x</phoneme></speak>", max_phonemes=3)
+    assert run.pieces[0].size == 3
+    error = refused("<speak>\n  <phoneme ph='ə̃ə'>x</phoneme></speak>", max_phonemes=2)
+    assert "has 3 symbols, more than the 2 a sentence may hold" in error.message
+    assert (error.line, error.column) == (2, 3)

@@ -45,6 +45,7 @@ _FLAG_FIELDS = {"engines_dir": "engines_dir", "voice": "voice", "threads": "thre
                 "worker_memory_mb": "worker_memory_mb", "wyoming_host": "wyoming_host",
                 "wyoming_allow": "wyoming_allow",
                 "wyoming_max_connections": "wyoming_max_connections",
+                "ws_max_sessions": "ws_max_sessions", "ws_idle_timeout_s": "ws_idle_timeout_s",
                 "ssml_unknown_elements": "ssml_unknown_elements",
                 "lexicons_dir": "lexicons_dir",
                 "openai_ssml": "openai_ssml"}  # fmt: skip

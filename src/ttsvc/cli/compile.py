@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ttsvc.cli.args import HelpFormatter, document_defaults
 from ttsvc.config import DEFAULT_VOICE, Settings
+from ttsvc.voice import name_problem
 
 
 def add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -71,6 +72,10 @@ def cmd_compile(args: argparse.Namespace, settings: Settings) -> int:
         if not Path(path).is_file():
             print(f"ttsvc compile: {path}: no such file", file=sys.stderr)
             return 2
+    problem = name_problem(voice)  # before any work: the name becomes a directory
+    if problem is not None:
+        print(f"ttsvc compile: {problem}", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     published = compile_voice(
         CompileOptions(

@@ -37,6 +37,12 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--wyoming-max-connections", type=int, default=None,
                    help="Wyoming connections open at once; one more is refused with an error "
                    "event")
+    p.add_argument("--ws-max-sessions", type=int, default=None,
+                   help="WebSocket sessions open at once, every WebSocket route together; one "
+                   "more is refused at the handshake with 429")
+    p.add_argument("--ws-idle-timeout", type=float, default=None, dest="ws_idle_timeout_s",
+                   help="close a WebSocket session (1008) whose client sent nothing this many "
+                   "seconds while nothing was being spoken on it")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: from the CPUs, see --cpus: 1 up to 4 CPUs, "
                    "then ceil(cpus / 4); one per CPU with --scheduler legacy)")

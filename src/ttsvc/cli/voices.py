@@ -17,6 +17,7 @@ from ttsvc.cli.args import HelpFormatter, document_defaults
 from ttsvc.cli.engines import cmd_engines
 from ttsvc.config import Settings
 from ttsvc.errors import TTSError
+from ttsvc.voice import name_problem
 
 if TYPE_CHECKING:
     import httpx
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
     from ttsvc.repository.catalogue import Catalogue
 
 USAGE_ERROR = 2
-"""An unknown voice name: nothing fetched, nothing written (argparse's own code for bad use)."""
+"""An unknown voice name, or one that is not a voice name at all: nothing written (argparse's
+own code for bad use)."""
 
 
 def add_voices(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,12 +72,19 @@ def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.voices_action == "list" and not args.available:
         return cmd_engines(args, settings)
+    if args.voices_action == "pull":  # a name is a directory in the engines directory: no path
+        for name in args.names:
+            problem = name_problem(name)
+            if problem is not None:
+                print(f"ttsvc voices: {problem}", file=sys.stderr)
+                return USAGE_ERROR
     # each download is named in the progress lines: httpx's own request lines are noise here
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         with client() as http:
             catalogue = fetch_catalogue(http, base_url(args.base_url))
             if args.voices_action == "list":
+                _say_skipped(catalogue.skipped)
                 for v in catalogue.listing(args.language or ""):
                     print(
                         f"{v.name:40} {v.language.code:8} {v.quality:8} "
@@ -92,6 +101,13 @@ def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
         print(f"ttsvc voices: {exc}", file=sys.stderr)
         return 1
     return 1 if failed else 0
+
+
+def _say_skipped(skipped: list[str]) -> None:
+    """The catalogue's entries set aside (names that are paths, ...), in one line."""
+    if skipped:
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        print(f"ttsvc voices: skipped {skipped[0]}{more}", file=sys.stderr)
 
 
 def _pull(

@@ -21,8 +21,15 @@ import httpx
 
 from ttsvc.compile.build import compile_voice
 from ttsvc.compile.inputs import CompileOptions
-from ttsvc.repository.catalogue import Catalogue, CatalogueFile, FetchError, file_url
+from ttsvc.repository.catalogue import (
+    Catalogue,
+    CatalogueFile,
+    FetchError,
+    file_url,
+    too_many_redirects,
+)
 from ttsvc.repository.layout import EngineVersion
+from ttsvc.voice import name_problem
 from ttsvc.windows import WindowSchedule
 
 PULL_PREFIX = ".pull-"
@@ -45,6 +52,8 @@ def download(client: httpx.Client, url: str, expected: CatalogueFile, dest: Path
                 _write(out, chunk)
                 md5.update(chunk)
                 size += len(chunk)
+    except httpx.TooManyRedirects as exc:
+        raise too_many_redirects(url) from exc
     except httpx.RemoteProtocolError as exc:
         raise FetchError(f"download of {url} cut short after {size} of {expected.size_bytes} "
                          f"bytes (connection closed: {exc})") from exc  # fmt: skip
@@ -74,6 +83,9 @@ def pull_voice(
 ) -> EngineVersion:
     """Download, check, compile and publish catalogue voice ``name`` into ``engines_dir``."""
     voice = catalogue.find(name)
+    problem = name_problem(voice.name)  # ``Catalogue.parse`` set such entries aside; not all do
+    if problem is not None:
+        raise FetchError(f"{problem}: refused")
     engines_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=PULL_PREFIX, dir=engines_dir))
     try:

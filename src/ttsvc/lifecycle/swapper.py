@@ -16,12 +16,22 @@ workers as soon as one appears. Both ways of updating the HostPath are handled:
   manifest written last; it must match its manifest to be considered at all;
 * **in-place replacement** (the operators' ``mv x.onnx x.onnx.bak; cp new.onnx x.onnx``): a file
   of the serving version changes. The only files that may differ from their manifest, because
-  the staging worker's canary judges them.
+  the staging worker's canary judges them, and only while that version serves: once a newer
+  version serves, or after a restart, the version is judged by its manifest again and refused,
+  as every pod refuses it (a replica must not serve what another refuses).
+
+**Rollback** is withdrawing the serving version (its directory removed, or renamed to a
+non-numeric name): the newest remaining version that verifies serves, its engines staged and
+rolled out like any candidate, and one ``engine_fallback`` line says from what, to what and why
+each version between was skipped (refused, or a file still changing). A fallback because no
+worker could start on the serving version is said the same way.
 
 A file is judged only once final: at once if it matches its manifest entry (a copy still running
 cannot), else once its size, mtime and inode have stayed unchanged for ``settle_s``, which must be
 longer than the pauses of a throttled copy, or a half-copied file would be judged. A file that
 differs (a new engine, or a truncated one) is thus never parsed, or reported, while a copy runs.
+What was seen of a file is kept while its version is present, also through scans that stop above
+it: a file last seen unchanged long ago is final when a fallback reaches it.
 
 A candidate is copied into the engine cache (hash while copying), then staged on one worker,
 which loads it beside its serving engines and runs the canary; only then do workers switch, one
@@ -35,6 +45,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ttsvc.errors import EngineError
@@ -62,6 +73,21 @@ log = get_logger("hotswap")
 
 RETRY_S = 1.0
 """How soon a candidate no worker could judge (none ready yet) is offered again."""
+
+WITHDRAWN = "withdrawn: its directory or manifest is gone"
+"""Why the serving version is left when it is no longer among the versions."""
+
+SETTLING = "still changing, judged once it settles"
+"""Why a version whose differing file has not settled yet is passed over for now."""
+
+
+@dataclass(frozen=True)
+class _Leaving:
+    """The serving version a fallback leaves, until a rescan settles where to."""
+
+    label: str
+    source: str
+    reason: str
 
 
 class EngineSwapper:
@@ -117,6 +143,10 @@ class EngineSwapper:
         self._failed: dict[tuple[object, ...], Rejection] = {}
         self._digests: Digests = {}
         self._seen: dict[str, tuple[FileState, float]] = {}
+        self._leaving: _Leaving | None = None
+        """The serving version being left (withdrawn, or no worker could start on it) until a
+        rescan settles where to: then logged as one ``engine_fallback`` line."""
+        self._fallback_said: tuple[object, ...] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
@@ -203,10 +233,22 @@ class EngineSwapper:
         return wait
 
     async def rescan(self) -> None:
-        """Find the newest version that may serve and roll it out if it is new and verified."""
+        """Find the newest version that may serve and roll it out if it is new and verified.
+
+        When the serving version is gone (withdrawn), the newest remaining version that
+        verifies serves: one whose files do not match its manifest is refused like any other
+        that is not serving (the canary judged replaced files only while they served), and the
+        fallback is logged once it lands, with the reason each version above it was skipped.
+        """
         async with self._lock:
             versions = await asyncio.to_thread(self.repo.versions, self.voice)
             self.present = bool(versions)
+            if (self.current is not None and self._source is not None
+                    and all(v.path != self._source for v in versions)):  # fmt: skip
+                if self._leaving is None or self._leaving.source != str(self._source):
+                    self._leaving = _Leaving(self.current.label, str(self._source), WITHDRAWN)
+            skipped: list[str] = []
+            landed: str | None = None
             now = time.monotonic()
             seen: dict[str, tuple[FileState, float]] = {}
             digests: Digests = {}
@@ -228,14 +270,16 @@ class EngineSwapper:
                     judged[check.key()] = rejected[version.version] = refusal
                     if serving:
                         break  # the cached copy of what was verified keeps serving
+                    skipped.append(refusal.line())
                     continue
                 wait = self._settle_wait(check, now, seen)
                 if wait > 0:
                     name, reason = next(iter(check.problems.items()))
-                    pending[version.version] = Rejection(version.version, name, reason)
+                    pending[version.version] = settling = Rejection(version.version, name, reason)
                     self._recheck(wait)
                     if serving:
                         break
+                    skipped.append(f"{settling.line()} ({SETTLING})")
                     continue
                 if serving and not check.complete:
                     break  # a file of the serving version is gone: keep serving from the cache
@@ -243,20 +287,26 @@ class EngineSwapper:
                     judged[check.key()] = rejected[version.version] = known
                     if serving:
                         break
+                    skipped.append(known.line())
                     continue
                 if check.problems and not serving:
                     name, reason = next(iter(check.problems.items()))
                     rejection = Rejection(version.version, name, reason)
                     self._reject(rejection, version.path)
                     judged[check.key()] = rejected[version.version] = rejection
+                    skipped.append(rejection.line())
                     continue
                 outcome = await self._try(version, check, serving)
                 if isinstance(outcome, Rejection):
                     judged[check.key()] = rejected[version.version] = outcome
                     if serving:
                         break
+                    skipped.append(outcome.line())
                     continue
+                landed = outcome
                 break  # serving it now, the same bytes, or to be looked at again
+            else:
+                landed = "none"  # every version looked at, none may serve
             present = {v.version for v in versions}
             floor = self.current.version if self.current is not None else 0
             kept = {v: r for v, r in self.rejected.items()
@@ -265,10 +315,35 @@ class EngineSwapper:
             self.pending = pending
             self._judged = {**{k: r for k, r in self._judged.items() if r in kept.values()},
                             **judged}  # fmt: skip
-            self._seen, self._digests = seen, digests
+            # a file is final once unchanged for settle_s, however long ago it was last looked
+            # at: a version this scan did not reach keeps what was seen of its files, so the
+            # replaced file of a version that served is not "still changing" when it serves no
+            # longer (the clock would start again, and a fallback pass over it unjudged)
+            unvisited = {str(v.path) for v in versions if v.version not in visited}
+            earlier = {p: s for p, s in self._seen.items() if str(Path(p).parent) in unvisited}
+            self._seen, self._digests = {**earlier, **seen}, digests
             if self.metrics is not None:
                 refused = [(str(r.version), r.file or "") for r in self.rejected.values()]
                 self.metrics.set_rejected(self.voice, refused)
+            if self._leaving is not None and landed in ("swapped", "same", "none"):
+                self._say_fallback(self._leaving, skipped, landed != "none")
+
+    def _say_fallback(self, leaving: _Leaving, skipped: list[str], landed: bool) -> None:
+        """One ``engine_fallback`` line: the version left and why, the one serving now (none:
+        no version may serve, and the cached copy of a withdrawn one keeps serving), and why
+        each version between them was skipped. Until it lands, a rescan that finds the same
+        again says nothing more."""
+        to = self.current if landed else None
+        said = (leaving, tuple(skipped))
+        if not landed and said == self._fallback_said:
+            return
+        self._fallback_said = None if landed else said
+        if landed:
+            self._leaving = None
+        log.warning("engine_fallback", voice=self.voice, from_version=leaving.label,
+                    to_version=to.label if to else None, reason=leaving.reason,
+                    skipped=skipped, from_source=leaving.source,
+                    to_source=str(self._source) if to else None)  # fmt: skip
 
     def _digest_keys(self, check: VersionCheck) -> list[tuple[str, FileState]]:
         keys = [(str(check.version.path / n), s) for n, s in check.states.items()]
@@ -377,6 +452,8 @@ class EngineSwapper:
             rejection = _judged(current, failed.reason)
             self._failed[_failure_key(current)] = rejection
             self._reject(rejection, Path(current.source), failed.detail)
+            self._leaving = _Leaving(current.label, current.source,
+                                     f"workers could not start on it: {failed.reason}")  # fmt: skip
             self.current = None
             self._states = self._source = None
         await self._rescan_logged()

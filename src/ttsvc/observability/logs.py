@@ -3,20 +3,26 @@ human-readable lines when a person is watching a terminal.
 
 Configured by the entry point (``ttsvc.cli``) and by each worker process, never at import.
 Standard-library loggers (uvicorn's access and error logs, libraries) go through the same
-renderer, so in JSON mode every line of the service parses as JSON. The console format shows the
+renderer, so in JSON mode every line of the service parses as JSON. Every line, from either, is
+one ``write`` of the line and its newline to the stream's descriptor (``LineSink``): the
+gateway and its workers share that descriptor, and a pipe (how a container runtime collects
+logs) interleaves what several processes write in pieces. The console format shows the
 same events and fields, only laid out for reading. User text is never logged (only its length),
 and JSON escaping keeps control characters from breaking a line.
 """
 
 from __future__ import annotations
 
+import fcntl
 import io
 import logging
 import os
+import select
 import sys
 import threading
+import time
 from types import TracebackType
-from typing import TextIO
+from typing import Any, TextIO
 
 import structlog
 
@@ -43,6 +49,132 @@ def resolve_format(log_format: str, stream: TextIO) -> str:
     return log_format
 
 
+class LineSink:
+    """Writes whole log lines to one stream, each in a single ``write`` to its descriptor.
+
+    Why: every process of the service logs to the same inherited descriptor. A pipe keeps a
+    write whole only up to ``PIPE_BUF`` (4 KiB) and only if it is one call; structlog's
+    ``PrintLogger`` writes the message and the newline apart, and a buffered text stream splits
+    long lines where its buffer fills, so another process's line could land inside one. Here a
+    line is encoded once and written in one call, under a thread lock and a POSIX record lock
+    (``lockf``) on the descriptor, which the other processes take too: a line longer than
+    ``PIPE_BUF`` (a traceback), which the kernel may hand over in pieces, is still never mixed
+    with another.
+
+    The record lock is waited for at most ``LOCK_WAIT_S``, then the line is written anyway: a
+    worker stopped while it holds the lock (SIGSTOP, a cgroup freezer, a debugger) must not
+    freeze the gateway's event loop, which logs too and is what notices a stopped worker. A line
+    logged while this thread is inside ``write_line`` (a finalizer run by the garbage collector
+    mid-write) waits for the line in progress and follows it. Where the stream has no
+    descriptor (a test's ``StringIO``) or takes no record locks (some terminals), the thread
+    lock is all there is. A write that fails (the reader went away) is dropped: a log line must
+    never fail the request it describes.
+
+    Lives in every process of the service; used from any thread."""
+
+    LOCK_WAIT_S = 0.2
+    """Longest wait for another process's line: far more than writing one takes."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._fd: int | None
+        try:
+            self._fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            self._fd = None
+        self._encoding = getattr(stream, "encoding", None) or "utf-8"
+        self._locks = self._fd is not None
+
+    def write_line(self, line: str) -> None:
+        """``line`` and a newline, as one write (whole even through a shared pipe)."""
+        text = line if line.endswith("\n") else line + "\n"
+        pending: list[str] | None = getattr(self._local, "pending", None)
+        if pending is not None:  # re-entered on this thread: after the line in progress
+            pending.append(text)
+            return
+        with self._lock:
+            self._local.pending = queued = [text]
+            try:
+                while queued:
+                    self._write(queued.pop(0))
+            finally:
+                self._local.pending = None
+
+    def _write(self, text: str) -> None:
+        if self._fd is None:
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+            return
+        data = memoryview(text.encode(self._encoding, "backslashreplace"))
+        try:
+            self.stream.flush()  # what was printed before keeps its place
+            locked = self._lock_fd()
+            try:
+                while data:
+                    try:
+                        data = data[os.write(self._fd, data):]
+                    except BlockingIOError:  # a descriptor left non-blocking
+                        select.select([], [self._fd], [], 1.0)
+            finally:
+                if locked:
+                    fcntl.lockf(self._fd, fcntl.LOCK_UN)
+        except (OSError, ValueError):  # the reader went away, or the stream was closed
+            pass
+
+    def _lock_fd(self) -> bool:
+        """Take the record lock, waiting at most ``LOCK_WAIT_S``; whether it was taken."""
+        if not self._locks:
+            return False
+        assert self._fd is not None
+        deadline = time.monotonic() + self.LOCK_WAIT_S
+        pause = 0.0002
+        while True:
+            try:
+                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except (BlockingIOError, PermissionError):  # another process holds it
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(pause)  # a line is written in microseconds: poll, never hang
+                pause = min(pause * 2, 0.01)
+            except OSError:  # a descriptor that takes no record locks: the thread lock only
+                self._locks = False
+                return False
+
+
+class LineLogger:
+    """structlog's final logger over a ``LineSink``: every level is one whole line."""
+
+    def __init__(self, sink: LineSink) -> None:
+        self._sink = sink
+
+    def msg(self, message: str) -> None:
+        self._sink.write_line(message)
+
+    log = debug = info = warn = warning = msg
+    err = error = critical = exception = fatal = failure = msg
+
+
+class LineHandler(logging.Handler):
+    """The standard library's records (uvicorn, libraries), formatted and written through the
+    same ``LineSink`` as structlog's events, so that they are whole lines too."""
+
+    def __init__(self, sink: LineSink) -> None:
+        super().__init__()
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.sink.write_line(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
 def configure_logging(
     level: str = "info", stream: TextIO | None = None, log_format: str = "auto"
 ) -> str:
@@ -59,13 +191,18 @@ def configure_logging(
         tail = [structlog.dev.ConsoleRenderer(colors=is_terminal(out))]
     else:
         tail = [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+    sink = LineSink(out)
+
+    def line_logger(*_args: Any) -> LineLogger:
+        return LineLogger(sink)
+
     structlog.configure(
         processors=[*_SHARED, *tail],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        logger_factory=line_logger,
         cache_logger_on_first_use=False,
     )  # fmt: skip
-    handler = logging.StreamHandler(out)
+    handler = LineHandler(sink)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[*_SHARED, structlog.stdlib.add_logger_name],

@@ -84,8 +84,12 @@ class ServiceMetrics:
                                       "(connection cap), invalid_json, payload_too_large, "
                                       "request_timeout", ["reason"], registry=r)  # fmt: skip
         self.websocket_sessions = Gauge("ttsvc_websocket_sessions",
-                                        "WebSocket sessions of incremental text open now",
-                                        registry=r)  # fmt: skip
+                                        "WebSocket sessions of incremental text open now, every "
+                                        "route's", registry=r)  # fmt: skip
+        self.websocket_closed = Counter("ttsvc_websocket_closed",
+                                        "WebSocket sessions the server refused or closed because "
+                                        "of the client, by reason: idle, overloaded (session "
+                                        "cap)", ["reason"], registry=r)  # fmt: skip
         self.streams_in_flight = Gauge("ttsvc_streams_in_flight", "Streams dispatched to a worker",
                                        ["worker"], registry=r)  # fmt: skip
         self.streams_queued = Gauge("ttsvc_streams_queued",

@@ -3,7 +3,10 @@
 Layout: ``<root>/<voice>/<version>/`` with numeric versions. A version counts only once its
 manifest exists (it is written last); staging directories start with a dot and are never listed.
 Publishing is one ``rename`` within the voice directory, so a watcher or loader sees either
-nothing or the complete version, never a half-written one.
+nothing or the complete version, never a half-written one. Whatever names a voice (an argument,
+a catalogue entry), nothing is written outside the root: a write needs a voice name
+(``ttsvc.voice.NAME_RE``) whose directory resolves inside the root (reads list what is there,
+links out included, for ``trust.py`` to judge).
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ttsvc.errors import InvalidParameter
 from ttsvc.repository.manifest import MANIFEST_NAME
+from ttsvc.voice import name_problem
 
 STAGING_PREFIX = ".staging-"
 
@@ -43,6 +48,28 @@ class EngineRepository:
             if p.is_dir() and not p.name.startswith(".") and self.versions(p.name)
         )
 
+    def _inside(self, path: Path) -> bool:
+        """Whether ``path`` resolves (symlinks followed) to somewhere below the root."""
+        root = self.root.resolve()
+        resolved = path.resolve()
+        return resolved != root and resolved.is_relative_to(root)
+
+    def voice_dir(self, voice: str) -> Path:
+        """The directory a version of ``voice`` is written to; refused (``InvalidParameter``)
+        unless ``voice`` is a voice name and the directory resolves inside the root: the last
+        guard before a write, whichever caller skipped its own check."""
+        problem = name_problem(voice)
+        if problem is not None:
+            raise InvalidParameter(problem, field="voice")
+        vdir = self.root / voice
+        if not self._inside(vdir):
+            raise InvalidParameter(
+                f"{vdir} resolves to {vdir.resolve()}, outside the engines directory "
+                f"{self.root.resolve()}: refused",
+                field="voice",
+            )
+        return vdir
+
     def versions(self, voice: str) -> list[EngineVersion]:
         """Complete versions of ``voice``, oldest first."""
         vdir = self.root / voice
@@ -62,19 +89,23 @@ class EngineRepository:
 
     def next_version(self, voice: str) -> int:
         """One above every numeric directory, complete or not, so a publish never collides."""
-        vdir = self.root / voice
+        vdir = self.voice_dir(voice)
         taken = [int(p.name) for p in vdir.iterdir() if p.name.isdigit()] if vdir.is_dir() else []
         return max(taken, default=0) + 1
 
     def staging_dir(self, voice: str) -> Path:
         """A fresh directory beside the versions (same filesystem, so the publish is a rename)."""
-        vdir = self.root / voice
+        vdir = self.voice_dir(voice)
         vdir.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=vdir))
 
     def publish(self, voice: str, staging: Path, version: int) -> EngineVersion:
         """Rename a finished staging directory into place as ``version``."""
-        target = self.root / voice / str(version)
+        try:
+            target = self.voice_dir(voice) / str(version)
+        except InvalidParameter:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         staging.chmod(0o755)  # mkdtemp makes it private; workers may run as another user
         try:
             staging.rename(target)

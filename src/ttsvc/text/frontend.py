@@ -100,12 +100,17 @@ class TextFrontEnd:
             phonemes.extend(more)
             return shift
 
+        def room(size: int) -> None:
+            """Cut before ``size`` more symbols would pass the sentence cap: no sentence end in
+            sight (a list of lexicon words), and the model reads a sentence at once."""
+            if phonemes and len(phonemes) + size >= self.max_sentence_chars:
+                close()
+
         for group in _groups(pieces):
-            if len(" ".join(texts)) >= self.max_sentence_chars:
-                close()  # no sentence end in sight (a list of lexicon words): cut here
             if group[0].phonemes is not None:
                 piece = group[0]
                 assert piece.phonemes is not None
+                room(piece.size)
                 shift = join(list(unicodedata.normalize("NFD", piece.phonemes)))
                 texts.append(piece.text)
                 count = _id_count(phonemes, id_map) - shift
@@ -123,6 +128,8 @@ class TextFrontEnd:
             for k, sentence in enumerate(found):
                 if k > 0:
                     close()
+                else:
+                    room(len(sentence.phonemes))
                 shift = join(list(sentence.phonemes))
                 texts.append(sentence.text)
                 said.extend(SpokenWord(w.text, w.span, (w.ids[0] + shift, w.ids[1] + shift))

@@ -46,6 +46,7 @@ import defusedxml
 import defusedxml.ElementTree
 
 from ttsvc.errors import LexiconError, UnknownLexicon
+from ttsvc.voice import NAME_RE, name_problem
 
 __all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_GRAPHEMES", "MAX_GRAPHEME_CHARS", "MAX_LEXEMES",
            "MAX_PRONUNCIATION_CHARS", "NAME_RE", "PLS_NAMESPACE", "Lexeme", "Lexicon",
@@ -68,8 +69,6 @@ MAX_PRONUNCIATION_CHARS = 500
 MAX_DEPTH = 16
 """Deepest nesting: a lexicon needs three levels; ``metadata`` may hold a little RDF."""
 
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
-"""A lexicon's name (its file's stem): what requests name, never a path."""
 _LANG_RE = re.compile(r"[A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8})*")
 _IGNORED = frozenset({"example", "meta", "metadata"})
 
@@ -430,12 +429,9 @@ def parse_lexicon(
         raise LexiconError(file, f"the file has {len(data)} bytes, more than the "
                            f"{MAX_FILE_BYTES} a lexicon may have")  # fmt: skip
     name = Path(file).stem if name is None else name
-    if NAME_RE.fullmatch(name) is None:
-        raise LexiconError(
-            file,
-            f"{name!r} is not a lexicon name: letters, digits, '_', '.' "
-            "and '-', starting with a letter or digit, at most 64 characters",
-        )
+    problem = name_problem(name, "lexicon")  # its file's stem: what requests name, never a path
+    if problem is not None:
+        raise LexiconError(file, problem)
     root = _read_xml(data, file)
     if _local(root, file) != "lexicon":
         raise LexiconError(file, "the root element must be <lexicon>", line=root.line,

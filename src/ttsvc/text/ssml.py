@@ -29,6 +29,7 @@ import defusedxml.ElementTree
 from ttsvc.errors import InvalidSsml
 from ttsvc.protocol import Script, ScriptBreak, ScriptItem, ScriptMark, ScriptRun, ScriptText
 from ttsvc.text.say_as import say_as
+from ttsvc.voice import NAME_RE
 
 __all__ = ["BREAK_STRENGTHS", "MAX_BREAK_S", "MAX_DEPTH", "MAX_ELEMENTS", "Parsed", "is_ssml",
            "parse_ssml"]  # fmt: skip
@@ -53,8 +54,8 @@ VOLUMES_DB = {"silent": None, "x-soft": -12.0, "soft": -6.0, "medium": 0.0, "def
 """``prosody volume`` names in dB (``silent`` mutes)."""
 _RATE_RANGE = (0.25, 4.0)
 _DB_RANGE = (-40.0, 12.0)
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
-"""A voice, lexicon or mark name: never a path."""
+_NAME_RE = NAME_RE
+"""A voice or lexicon name: never a path (the engines directory's own rule)."""
 _MARK_RE = re.compile(r"[^\s<>&\"]{1,64}")
 _TIME_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s)\s*")
 _SSML_START_RE = re.compile(r"\s*(?:<\?xml[^>]*\?>\s*)?(?:<speak[\s>/]|<!DOCTYPE|<!--)")
@@ -289,8 +290,10 @@ class _Builder:
         symbols: Callable[[str | None], Collection[str] | None],
         unknown: Unknown,
         voice_of: Callable[[str], str | None],
+        max_phonemes: int | None = None,
     ) -> None:
         self.symbols = symbols
+        self.max_phonemes = max_phonemes
         self.unknown = unknown
         self.voice_of = voice_of
         self.voice: str | None = None
@@ -438,8 +441,12 @@ class _Builder:
                 raise _refuse(node, "phoneme ph has symbols the voice does not have: "
                               + " ".join(f"{ch!r} (U+{ord(ch):04X})" for ch in missing))
         pieces = _content(node)
-        self.piece(ScriptText("".join(p.text for p in pieces).strip(), _span(node, pieces),
-                              verbatim=False, phonemes=ph.strip()))  # fmt: skip
+        said = ScriptText("".join(p.text for p in pieces).strip(), _span(node, pieces),
+                          verbatim=False, phonemes=ph.strip())  # fmt: skip
+        if self.max_phonemes is not None and said.size > self.max_phonemes:
+            raise _refuse(node, f"phoneme ph has {said.size} symbols, more than the "
+                          f"{self.max_phonemes} a sentence may hold (max_sentence_chars)")
+        self.piece(said)
 
     def _mark(self, node: _Node) -> None:
         name = _name(node, "name", _MARK_RE)
@@ -489,18 +496,22 @@ def parse_ssml(
     symbols: Collection[str] | Callable[[str | None], Collection[str] | None] | None = None,
     unknown: Unknown = "reject",
     voice_of: Callable[[str], str | None] = lambda _name: None,
+    max_phonemes: int | None = None,
 ) -> Parsed:
     """Read SSML ``source`` into a script; ``InvalidSsml`` (a 422 with line, column and reason)
     for anything malformed, unsafe, unknown (``unknown="reject"``) or out of range.
 
     ``symbols``: the phoneme symbols a ``phoneme`` element's ``ph`` must keep to, per voice
     (``None``: the request's voice) or one set for all; ``voice_of``: the served voice a
-    ``voice`` element's name means, ``None`` for the request's own voice, ``""`` for none."""
+    ``voice`` element's name means, ``None`` for the request's own voice, ``""`` for none;
+    ``max_phonemes``: the most symbols one ``phoneme`` may give (a sentence's length: the
+    acoustic model reads a sentence at once, and one of thousands of symbols exhausts its
+    memory)."""
     root = _read(source)
     if root.tag != "speak":
         raise _refuse(root, f"the root element is <{root.tag}>, not <speak>")
     per_voice = symbols if callable(symbols) else (lambda _voice: symbols)
-    builder = _Builder(per_voice, unknown, voice_of)
+    builder = _Builder(per_voice, unknown, voice_of, max_phonemes)
     builder.walk(root)
     script = builder.finish()
     spoken = " ".join(p.text.strip() for item in script if isinstance(item, ScriptRun)

@@ -7,6 +7,7 @@ order the format cannot encode (a 422 the client did not cause) or a whole file 
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from ttsvc.audio.encode import FORMATS
 from ttsvc.errors import InvalidParameter
@@ -61,3 +62,11 @@ def test_a_caller_s_labels_add_to_the_key_and_may_set_the_format() -> None:
     caller = Caller(key=ApiKey("bob", bytes(32), Quota()),
                     labels={"format": "opus", "stream_format": "sse"})  # fmt: skip
     assert caller.log_labels() == {"key": "bob", "format": "opus", "stream_format": "sse"}
+
+
+@pytest.mark.parametrize("name", ["../brands", "a..b", ".hidden", "x" * 65])
+def test_a_lexicon_name_is_never_a_path(name: str) -> None:
+    """Lexicons are named as voices are (``ttsvc.voice.name_problem``): one rule everywhere."""
+    with pytest.raises(ValidationError, match="is not a lexicon name"):
+        VoiceSettings(lexicons=[name])
+    assert VoiceSettings(lexicons=["brands", "en_US.v2-x"]).lexicons == ["brands", "en_US.v2-x"]

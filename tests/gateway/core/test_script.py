@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.gateway.core.conftest import Core, chunk, order
-from ttsvc.errors import InvalidParameter, InvalidSsml, NothingToSay, UnknownLexicon
+from ttsvc.errors import (
+    InvalidParameter,
+    InvalidSsml,
+    NothingToSay,
+    TextTooLong,
+    UnknownLexicon,
+)
 from ttsvc.gateway.core import script
 from ttsvc.gateway.core.caller import Caller
 from ttsvc.gateway.core.exchange import start_exchange
@@ -180,3 +186,33 @@ def test_a_lexicon_pronunciation_the_voice_cannot_say_is_refused(
     error = refused(core, dataclasses.replace(order("Acme here."), lexicons=("brands",)))
     assert isinstance(error, InvalidParameter) and error.field == "lexicons"
     assert "U+00E6" in error.message
+
+
+def test_a_phoneme_longer_than_a_sentence_touches_no_worker(core: Core) -> None:
+    """The acoustic model reads a sentence at once: thousands of symbols under one word
+    exhausted ONNX Runtime's memory inside a worker that serves other streams."""
+    core.ready()
+    limit = core.state.settings.max_sentence_chars
+    said = "<speak><phoneme ph='{}'>x</phoneme></speak>"
+    dispatch(core, dataclasses.replace(order(said.format("ə" * limit)), ssml=True))
+    error = refused(core, dataclasses.replace(order(said.format("ə" * (limit + 1))), ssml=True))
+    assert isinstance(error, InvalidSsml) and error.field == "text"
+    assert f"{limit + 1} symbols, more than the {limit}" in error.message
+
+
+def test_pronunciations_count_against_the_text_cap(core: Core, tmp_path: Path) -> None:
+    """A lexicon's pronunciation is said instead of its word: its symbols count as the text
+    they stand for, so a short text of words a lexicon spells out long is refused."""
+    (tmp_path / "lexicons").mkdir()
+    (tmp_path / "lexicons" / "long.pls").write_text(PLS.replace("ˈækmi", "ˈækmi" * 10))
+    store = LexiconStore(tmp_path)
+    store.reload()
+    core.state.lexicons = store
+    core.ready()
+    cap = core.state.settings.max_text_chars
+    fits = "Acme " * (cap // 50 - 1)  # 50 symbols each
+    dispatch(core, dataclasses.replace(order(fits), lexicons=("long",)))
+    over = "Acme " * (cap // 50 + 1)
+    error = refused(core, dataclasses.replace(order(over), lexicons=("long",)))
+    assert isinstance(error, TextTooLong) and error.field == "text"
+    assert f"over {cap} characters (max_text_chars)" in error.message

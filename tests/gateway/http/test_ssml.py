@@ -116,6 +116,8 @@ LAUGHS = (
     ('<speak><phoneme ph="ꭗa">x</phoneme></speak>', "U+AB57"),
     ('<speak><voice name="../../etc/passwd">x</voice></speak>', "no paths"),
     ("<speak>Hi <s>there</speak>", "line 1, column"),
+    ("<speak><phoneme alphabet='ipa' ph='" + "ʔ" * 3000 + "'>x</phoneme></speak>",
+     "more than the 200 a sentence may hold (max_sentence_chars)"),
 ])  # fmt: skip
 def test_bad_input_is_a_clear_4xx_and_no_stream(server: Server, doc: str, says: str) -> None:
     before = len(server.completions())

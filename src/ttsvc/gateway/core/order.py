@@ -12,13 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ttsvc.audio.encode import FORMATS, OutputFormat
 from ttsvc.audio.resample import SUPPORTED_RATES
 from ttsvc.errors import InvalidParameter
 from ttsvc.ranges import SENTENCE_SILENCE, SPEED, Noise, Silence, Speed
 from ttsvc.text.ssml import is_ssml
+from ttsvc.voice import name_problem
+
+
+def _lexicon_name(name: str) -> str:
+    """A lexicon is named as a voice is (its file's stem): never a path."""
+    problem = name_problem(name, "lexicon")
+    if problem is not None:
+        raise ValueError(problem)
+    return name
 
 
 class VoiceSettings(BaseModel):
@@ -37,8 +46,8 @@ class VoiceSettings(BaseModel):
     sample_rate: int | None = None
     ssml: bool | None = None
     """The text is SSML (unset: when it starts with ``<speak``)."""
-    lexicons: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")]] | None = (
-        Field(None, max_length=16))
+    lexicons: list[Annotated[str, AfterValidator(_lexicon_name)]] | None = Field(
+        None, max_length=16)
     """Loaded lexicons to apply, by name (``GET /lexicons``; unset: those of the voice's
     language; ``[]``: none)."""
 

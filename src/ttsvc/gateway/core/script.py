@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ttsvc.errors import InvalidParameter, InvalidSsml, NothingToSay, UnknownLexicon
+from ttsvc.errors import (
+    InvalidParameter,
+    InvalidSsml,
+    NothingToSay,
+    TextTooLong,
+    UnknownLexicon,
+)
 from ttsvc.gateway.core.order import SpeechOrder
 from ttsvc.protocol import Script, ScriptItem, ScriptRun, ScriptText
 from ttsvc.text.lexicon import LexiconSet, Match
@@ -81,7 +87,8 @@ def _script(
 
         try:
             parsed = parse_ssml(order.text, unknown=state.settings.ssml_unknown_elements,
-                                symbols=symbols, voice_of=voice_of)  # fmt: skip
+                                symbols=symbols, voice_of=voice_of,
+                                max_phonemes=state.settings.max_sentence_chars)  # fmt: skip
         except InvalidSsml as exc:
             raise InvalidSsml(exc.message, line=exc.line, column=exc.column, field=field) from exc
         script, spoken = parsed.script, parsed.text
@@ -100,6 +107,10 @@ def _script(
     if not names:
         return (script if order.ssml else None), spoken
     applied = apply_lexicons(script, lexicons, names)
+    limit = state.settings.max_text_chars
+    if len(order.text) + _grown(applied) - _grown(script) > limit:
+        raise TextTooLong(f"{field} is over {limit} characters (max_text_chars) with its lexicon "
+                          "pronunciations counted a character a symbol", field=field)  # fmt: skip
     if not order.ssml and applied == script:
         return None, spoken  # no word of the text is in them: read as plain text
     for item in applied:  # a lexicon's pronunciation, in the voice that says it
@@ -114,6 +125,16 @@ def _script(
                     f"{item.voice or order.voice!r} does not have: "
                     + " ".join(f"{ch!r} (U+{ord(ch):04X})" for ch in lacking), field="lexicons")
     return applied, spoken
+
+
+def _grown(script: Script) -> int:
+    """How many more characters ``script``'s phoneme pieces count as than the words they name.
+
+    Why: a lexicon's pronunciation is said instead of its word, so a text of words a lexicon
+    spells out long must count against the text cap as what the acoustic model will read (an
+    SSML ``phoneme``'s symbols are in the document already, and counted with it)."""
+    return sum(max(0, p.size - len(p.text)) for item in script if isinstance(item, ScriptRun)
+               for p in item.pieces if p.phonemes is not None)  # fmt: skip
 
 
 def apply_lexicons(script: Script, lexicons: LexiconSet, names: Sequence[str]) -> Script:

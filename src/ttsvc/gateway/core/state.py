@@ -49,6 +49,8 @@ class GatewayState:
     balancer: HeatScoreBalancer | None = None
     draining: bool = False
     inflight: int = 0
+    websockets: int = 0
+    """WebSocket sessions open now, every route's (``ws.handshake``: their cap)."""
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     metrics: ServiceMetrics = field(default_factory=ServiceMetrics)
     keys: KeyStore | None = None

@@ -14,7 +14,9 @@ A ``close_context`` right after an empty flush (how both frameworks end a turn) 
 finish: its text is spoken, then ``isFinal``. Any other ``close_context`` (how both signal a
 barge-in) is an interruption: the sentence being synthesized is cancelled in its worker, the
 rest dropped, and ``isFinal`` sent at once. A client that leaves, or ``close_socket``, cancels
-everything: no worker keeps synthesizing for nobody.
+everything: no worker keeps synthesizing for nobody. The session cap and the idle timeout are
+every WebSocket route's (``handshake``); any message, the keep-alives ``{"text": ""}`` and
+``{"text": " "}`` too, is activity.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from ttsvc.errors import (
 from ttsvc.gateway.core.caller import Caller
 from ttsvc.gateway.core.elevenlabs import Alignment, Char, output_format
 from ttsvc.gateway.core.exchange import SynthesisExchange, WorkerReportedError, start_exchange
+from ttsvc.gateway.core.idle import IdleClock, IdleConnection
 from ttsvc.gateway.core.keys import ApiKey
 from ttsvc.gateway.core.order import SpeechOrder
 from ttsvc.gateway.core.records import record_refusal
@@ -57,7 +60,7 @@ from ttsvc.gateway.ws.elevenlabs_messages import (
     error_message,
     parse_message,
 )
-from ttsvc.gateway.ws.handshake import check_upgrade, refuse
+from ttsvc.gateway.ws.handshake import check_upgrade, refuse, take_seat, went_idle
 from ttsvc.observability.logs import get_logger
 from ttsvc.protocol import AudioChunkMsg
 from ttsvc.ranges import SENTENCE_SILENCE, SPEED
@@ -69,7 +72,27 @@ MULTI_PATH = "/v1/text-to-speech/{voice_id}/multi-stream-input"
 SINGLE_PATH = "/v1/text-to-speech/{voice_id}/stream-input"
 API = "elevenlabs"
 MAX_CONTEXTS = 5
+MAX_INACTIVITY_S = 180
+"""The longest ``inactivity_timeout`` a client may ask for (ElevenLabs' own maximum)."""
 """Contexts open at once on one socket, as ElevenLabs allows."""
+def inactivity(value: str | None, default: float) -> float:
+    """The idle timeout a socket asked for with ``inactivity_timeout`` (whole seconds, 1 to
+    ``MAX_INACTIVITY_S``, as ElevenLabs takes it), else the server's ``default``. Why honoured:
+    agents written for ElevenLabs keep their socket between turns by asking for a longer one
+    (LiveKit asks for 180 s), and a server that closed it sooner would break them."""
+    if value is None:
+        return default
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = 0
+    if not 1 <= seconds <= MAX_INACTIVITY_S:
+        raise InvalidParameter(f"inactivity_timeout: whole seconds from 1 to "
+                               f"{MAX_INACTIVITY_S}, not {value[:20]!r}",
+                               field="inactivity_timeout")  # fmt: skip
+    return float(seconds)
+
+
 _SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*$")
 FATAL = {Draining.type: 1012, ShutDown.type: 1012}
 """Refusals after which the socket cannot go on, and the close code they end it with."""
@@ -97,6 +120,8 @@ class _Context:
     closing: bool = False
     final: bool = False
     """Its ``isFinal`` is being sent."""
+    speaking: bool = False
+    """One of its sentences is being synthesized or sent."""
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when it is interrupted: a sentence queued in a worker for it is dropped."""
     samples: int = 0
@@ -111,7 +136,7 @@ class ElevenLabsSession:
 
     def __init__(self, state: GatewayState, ws: WebSocket, key: ApiKey | None, voice: str,
                  fmt: OutputFormat, rate: int, *, single: bool, per_context: bool,
-                 timestamps: bool) -> None:  # fmt: skip
+                 timestamps: bool, idle_s: float | None = None) -> None:  # fmt: skip
         self.state = state
         self.ws = ws
         self.key = key
@@ -135,9 +160,14 @@ class ElevenLabsSession:
         self.settled = asyncio.Event()
         """Set whenever ``live`` drops to zero."""
         self.settled.set()
+        self.idle = IdleClock(idle_s or state.settings.ws_idle_timeout_s, self._busy)
         self.gone = asyncio.Event()
         self.close_code: int | None = None
         self._send_lock = asyncio.Lock()
+
+    def _busy(self) -> bool:
+        """Whether a context has a sentence to speak or being spoken: the client waits."""
+        return any(c.speaking or not c.sentences.empty() for c in self.contexts.values())
 
     # --- reading ---
 
@@ -146,6 +176,10 @@ class ElevenLabsSession:
             await self._read()
         except (_Left, WebSocketDisconnect):
             pass
+        except IdleConnection:
+            if self.close_code is None:  # else closed already, waiting on the client's reply
+                await self._close(*went_idle(self.state, self.sid, "stream-input" if self.single
+                                             else "multi-stream-input", self.idle.idle_s))
         finally:
             self.gone.set()
             tasks = [c.task for c in self.contexts.values() if c.task is not None]
@@ -155,7 +189,7 @@ class ElevenLabsSession:
 
     async def _read(self) -> None:
         while True:
-            message = await self.ws.receive()
+            message = await self.idle.wait(self.ws.receive)  # any message, a keep-alive too
             if message["type"] == "websocket.disconnect":
                 return
             raw = message.get("text")
@@ -262,7 +296,12 @@ class ElevenLabsSession:
             while (item := await ctx.sentences.get()) is not None:
                 text, complete_at = item
                 ctx.queued -= len(text)
-                await self._sentence(ctx, text, complete_at)
+                ctx.speaking = True
+                try:
+                    await self._sentence(ctx, text, complete_at)
+                finally:
+                    ctx.speaking = False
+                    self.idle.touch()  # the idle time counts from the end of the last audio
             ctx.final = True
             await self._emit(self._final(ctx))
             if self.single:
@@ -385,13 +424,13 @@ class ElevenLabsSession:
             self.gone.set()
             raise _Left(str(exc)) from exc
 
-    async def _close(self, code: int) -> None:
+    async def _close(self, code: int, reason: str = "") -> None:
         if self.close_code is not None:
             return
         self.close_code = code
         async with self._send_lock:
             with contextlib.suppress(Exception):  # the client may have left meanwhile
-                await self.ws.close(code)
+                await self.ws.close(code, reason)
 
 
 async def _encode(exchange: SynthesisExchange, pcm: bytes) -> bytes:
@@ -419,13 +458,20 @@ def install(app: FastAPI, state: GatewayState) -> None:
                 state.require_durations(voice)
             except TimestampsUnavailable:
                 timestamps = False  # engines without durations: audio without alignment
+            seat = take_seat(state)
         except TTSError as exc:
             await refuse(state, ws, exc, started)
             return
-        await ws.accept()
+        with seat:
+            await ws.accept()
+            await run(ws, key, voice, timestamps, single, started)
+
+    async def run(ws: WebSocket, key: ApiKey | None, voice: str, timestamps: bool,
+                  single: bool, started: float) -> None:  # fmt: skip
         query = ws.query_params
         try:
             fmt, rate = output_format(query.get("output_format"))
+            idle_s = inactivity(query.get("inactivity_timeout"), state.settings.ws_idle_timeout_s)
         except TTSError as exc:  # after the handshake, as ElevenLabs refuses it: 1008
             record_refusal(state, Caller(started=started, key=key), exc.to_body(), exc.status)
             with contextlib.suppress(Exception):
@@ -434,12 +480,10 @@ def install(app: FastAPI, state: GatewayState) -> None:
             return
         session = ElevenLabsSession(state, ws, key, voice, fmt, rate, single=single,
                                     per_context=query.get("sync_alignment", "").lower() == "true",
-                                    timestamps=timestamps)  # fmt: skip
-        state.metrics.websocket_sessions.inc()
+                                    timestamps=timestamps, idle_s=idle_s)  # fmt: skip
         try:
             await session.run()
         finally:
-            state.metrics.websocket_sessions.dec()
             log.info("elevenlabs_session", session=session.sid, route="single" if single
                      else "multi", key=None if key is None else key.name, voice=voice,
                      output_format=f"{fmt.name}_{rate}", contexts=session.opened,

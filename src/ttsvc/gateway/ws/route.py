@@ -14,8 +14,9 @@ an error and close 1012 (service restart), after the audio of sentences already 
 
 Keys: ``Authorization: Bearer`` where the client can set headers; a browser offers the
 subprotocols ``ttsvc`` and ``bearer.<key>`` instead (never a query string: it would land in
-access logs). The server answers ``ttsvc``. The drain, the origin and the key are checked, and
-a refusal answered, as on every WebSocket route (``handshake``).
+access logs). The server answers ``ttsvc``. The drain, the origin, the key and the session cap
+are checked, a refusal answered, and an idle session closed, as on every WebSocket route
+(``handshake``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import time
 
 from fastapi import FastAPI, WebSocket
 
-from ttsvc.errors import Draining, OriginNotAllowed, Unauthorized
+from ttsvc.errors import Busy, Draining, OriginNotAllowed, Unauthorized
 from ttsvc.gateway.core.state import GatewayState
-from ttsvc.gateway.ws.handshake import check_upgrade, refuse
+from ttsvc.gateway.ws.handshake import check_upgrade, refuse, take_seat
 from ttsvc.gateway.ws.session import StreamSession
 from ttsvc.observability.logs import get_logger
 
@@ -48,21 +49,22 @@ def install(app: FastAPI, state: GatewayState) -> None:
         header = ws.headers.get("authorization")
         try:
             key = check_upgrade(state, ws, header or (f"Bearer {token}" if token else None))
-        except (Draining, OriginNotAllowed, Unauthorized) as exc:
+            seat = take_seat(state)
+        except (Busy, Draining, OriginNotAllowed, Unauthorized) as exc:
             await refuse(state, ws, exc, started)
             return
-        await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
-        session = StreamSession(state, ws, key)
-        state.metrics.websocket_sessions.inc()
-        try:
-            await session.run()
-        finally:
-            state.metrics.websocket_sessions.dec()
-            log.info("websocket_session", session=session.sid,
-                     key=None if key is None else key.name, sentences=session.sentences,
-                     audio_s=round(session.spoken_s, 3),
-                     duration_ms=round(1000 * (time.perf_counter() - started), 1),
-                     close_code=session.close_code,
-                     client_left=session.close_code is None and session.gone.is_set())  # fmt: skip
+        with seat:
+            await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+            session = StreamSession(state, ws, key)
+            try:
+                await session.run()
+            finally:
+                log.info("websocket_session", session=session.sid,
+                         key=None if key is None else key.name, sentences=session.sentences,
+                         audio_s=round(session.spoken_s, 3),
+                         duration_ms=round(1000 * (time.perf_counter() - started), 1),
+                         close_code=session.close_code,
+                         client_left=session.close_code is None
+                         and session.gone.is_set())  # fmt: skip
 
     app.add_api_websocket_route(PATH, stream)

@@ -32,10 +32,12 @@ from ttsvc.errors import (
 )
 from ttsvc.gateway.core.caller import Caller
 from ttsvc.gateway.core.exchange import SynthesisExchange, WorkerReportedError, start_exchange
+from ttsvc.gateway.core.idle import IdleClock, IdleConnection
 from ttsvc.gateway.core.keys import ApiKey
 from ttsvc.gateway.core.order import SpeechOrder
 from ttsvc.gateway.core.records import record_refusal
 from ttsvc.gateway.core.state import GatewayState
+from ttsvc.gateway.ws.handshake import went_idle
 from ttsvc.gateway.ws.messages import (
     AppendMessage,
     EndMessage,
@@ -139,6 +141,9 @@ class StreamSession:
         self.settled = asyncio.Event()
         """Set whenever ``live`` empties."""
         self.settled.set()
+        self.unsent = 0
+        """Sentences cut whose audio is not all sent (or refusal told): the client waits."""
+        self.idle = IdleClock(state.settings.ws_idle_timeout_s, lambda: self.unsent > 0)
         self.gone = asyncio.Event()
         self.close_code: int | None = None
         self._send_lock = asyncio.Lock()
@@ -181,6 +186,8 @@ class StreamSession:
             await self._read_messages()
         except WebSocketDisconnect:  # an error message could not be sent: the client left
             pass
+        except IdleConnection:
+            await self._close(*went_idle(self.state, self.sid, "stream"))
         self.gone.set()
 
     async def _read_messages(self) -> None:
@@ -192,7 +199,7 @@ class StreamSession:
             while self.backlog > limit:
                 self.room.clear()
                 await self.room.wait()
-            message = await self.ws.receive()
+            message = await self.idle.wait(self.ws.receive)  # any message, a keep-alive too
             if message["type"] == "websocket.disconnect":
                 return
             raw = message.get("text")
@@ -276,6 +283,7 @@ class StreamSession:
                                             ssml))  # fmt: skip
             self.backlog += len(text)
             self.sentences += 1
+            self.unsent += 1
             self.turn_start = False
 
     async def _dispatch(self) -> None:
@@ -337,6 +345,8 @@ class StreamSession:
                     failure = await self._speak(item)
                 finally:
                     self.slots.release()
+                    self.unsent -= 1
+                    self.idle.touch()  # the idle time counts from the end of the last audio
                 if failure is not None:
                     await self._emit(error_message(failure, sentence=item.sentence.index))
                     if (code := FATAL.get(failure.type)) is not None:
@@ -390,8 +400,8 @@ class StreamSession:
         async with self._send_lock:
             await self.ws.send_text(json.dumps(message, separators=(",", ":")))
 
-    async def _close(self, code: int) -> None:
+    async def _close(self, code: int, reason: str = "") -> None:
         self.close_code = code
         async with self._send_lock:
             with contextlib.suppress(Exception):  # the client may have left meanwhile
-                await self.ws.close(code)
+                await self.ws.close(code, reason)

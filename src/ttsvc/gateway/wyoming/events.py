@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from wyoming.event import Event
 
 from ttsvc.errors import InvalidJson, PayloadTooLarge, RequestTimeout
+from ttsvc.gateway.core.idle import IdleClock, IdleConnection
+
+__all__ = ["EventLimits", "EventReader", "IdleConnection"]  # IdleConnection: what it raises
 
 
 @dataclass(frozen=True)
@@ -39,20 +42,16 @@ class EventLimits:
     """After its header line, an event's data and payload must arrive within this."""
 
 
-class IdleConnection(Exception):
-    """The client sent nothing for the idle timeout while nothing was being spoken."""
-
-
 class EventReader:
     """Reads one connection's events within ``limits`` (gateway event loop)."""
 
     def __init__(self, reader: asyncio.StreamReader, limits: EventLimits,
                  busy: Callable[[], bool]) -> None:  # fmt: skip
         """``busy``: whether the connection has work in progress (a reply being spoken); the
-        idle timeout only runs while it has none."""
+        idle timeout only runs while it has none (``idle``: touch it when the work ends)."""
         self.reader = reader
         self.limits = limits
-        self.busy = busy
+        self.idle = IdleClock(limits.idle_s, busy)
 
     async def next(self) -> Event | None:
         """The next event, or ``None`` at the end of the stream. Raises ``IdleConnection``, or a
@@ -81,19 +80,16 @@ class EventReader:
         if size := self._length(header, "payload_length"):
             payload = await self._within(self.reader.readexactly(size), self.limits.body_s,
                                          body_started, "the event's payload")  # fmt: skip
+        self.idle.touch()  # the idle time counts from the end of the client's last event
         return Event(type=kind, data=data, payload=payload)
 
     async def _first_byte(self) -> bytes | None:
         """The first byte of the next event; waits indefinitely while the connection is busy
         (its client is waiting for audio), at most the idle timeout otherwise."""
-        while True:
-            try:
-                return await asyncio.wait_for(self.reader.readexactly(1), self.limits.idle_s)
-            except asyncio.IncompleteReadError:
-                return None
-            except asyncio.TimeoutError:
-                if not self.busy():
-                    raise IdleConnection from None
+        try:
+            return await self.idle.wait(lambda: self.reader.readexactly(1))
+        except asyncio.IncompleteReadError:
+            return None
 
     async def _line(self) -> bytes:
         try:

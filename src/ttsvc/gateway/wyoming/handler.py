@@ -136,6 +136,7 @@ class WyomingHandler(AsyncEventHandler):
         self.speaking = False
         """The speaker task is doing a piece of work now (a reply is being spoken)."""
         self.gone = asyncio.Event()
+        self.events = EventReader(reader, limits, self.busy)
         self.speaker = asyncio.ensure_future(self._speak())
         # the stream being answered: its voice, whether audio-start went out, audio sent so far
         self.voice: Voice | None = None
@@ -150,12 +151,11 @@ class WyomingHandler(AsyncEventHandler):
     async def run(self) -> None:
         """Read events within the server's limits (``wyoming_events``) until the client ends the
         connection, goes idle, sends what is refused, or the server stops it."""
-        events = EventReader(self.reader, self.limits, self.busy)
         self._is_running = True
         try:
             while self._is_running:
                 try:
-                    event = await events.next()
+                    event = await self.events.next()
                 except IdleConnection:
                     self.closed("idle")
                     break
@@ -224,6 +224,7 @@ class WyomingHandler(AsyncEventHandler):
                 self.speaking = True
                 await self._do(work)
                 self.speaking = False
+                self.events.idle.touch()  # its reply is sent: the idle time counts from now
         except ConnectionGone:
             pass
         except TTSError as exc:
