@@ -272,6 +272,16 @@ class Settings(BaseSettings):
                                                           cgroup_memory_limit())  # fmt: skip
         return filled
 
+    @field_validator("engines_dir")
+    @classmethod
+    def _engines_dir_is_a_directory(cls, value: Path) -> Path:
+        # a file there (a mistyped path, a manifest named by mistake) is said now, in one line,
+        # rather than as a traceback from the first compile or watch that meets it
+        if value.exists() and not value.is_dir():
+            raise ValueError(f"{value} is a file, not a directory (the engines directory holds "
+                             "a directory per voice)")  # fmt: skip
+        return value
+
     @field_validator("api_keys_file", mode="before")
     @classmethod
     def _no_key_file(cls, value: object) -> object:

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from ttsvc.text.normalize import normalize
-from ttsvc.text.segment import split_sentences
+from ttsvc.text.segment import ends_at_its_end, split_sentences
 
 FUZZ_ALPHABET = (
     "abcxyzABCXYZ0123456789     .,;:!?'\"-—()…$%#&@/*"
@@ -183,3 +183,15 @@ def test_fuzz_pieces_are_nonempty_stripped_and_capped(max_chars: int) -> None:
         assert "".join("".join(pieces).split()) == "".join(text.split())
         normalized_pieces = split_sentences(normalize(text), max_chars=max_chars)
         _check_pieces(normalized_pieces, max_chars)
+
+
+@pytest.mark.parametrize("text,ends", [
+    ("Hello there.", True), ("Hello there. ", True), ("Really?", True), ("Stop!", True),
+    ('He said "go."', True), ("It costs 3.", True),
+    ("I saw Dr.", False), ("e.g.", False), ("and...", False), ("Wait…", False), ("Hello", False),
+    ("", False), ("One. Two", False),
+])  # fmt: skip
+def test_a_text_taken_as_all_there_is_ends_a_sentence_only_where_no_word_could_go_on(
+    text: str, ends: bool
+) -> None:
+    assert ends_at_its_end(text) is ends

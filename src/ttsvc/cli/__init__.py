@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from ttsvc import __version__
-from ttsvc.cli.args import HelpFormatter, overrides
+from ttsvc.cli.args import HelpFormatter, invalid, overrides
 from ttsvc.cli.compile import add_compile, cmd_compile
 from ttsvc.cli.engines import add_engines, cmd_engines
 from ttsvc.cli.keys import add_keys, cmd_keys
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings(**overrides(args))  # type: ignore[arg-type]
     except ValueError as exc:
-        print(f"ttsvc: invalid settings: {exc}", file=sys.stderr)
+        print(f"ttsvc: invalid settings: {invalid(exc)}", file=sys.stderr)
         return 2
     # the service's logs are its output (stdout, for Loki); other commands keep stdout for results
     serving = args.command == "serve"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from pydantic import ValidationError
+
 from ttsvc.config import Settings
 
 
@@ -92,3 +94,15 @@ def overrides(args: argparse.Namespace) -> dict[str, object]:
     if aliases:
         overrides["voice_aliases"] = dict(a.partition("=")[::2] for a in aliases)
     return overrides
+
+
+def invalid(exc: ValueError) -> str:
+    """A value error as one line a person reads: ``field: reason`` for each of pydantic's
+    errors (its own text spans lines and links to its docs, which say nothing of our flags)."""
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'value'}: "
+        f"{str(error['msg']).removeprefix('Value error, ')}"
+        for error in exc.errors()
+    )

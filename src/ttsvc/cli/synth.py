@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ttsvc.cli.args import HelpFormatter, document_defaults
+from ttsvc.cli.args import HelpFormatter, document_defaults, invalid
 from ttsvc.cli.engines import resolve_engines
 from ttsvc.config import Settings
 
@@ -51,7 +51,7 @@ def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
             sentence_silence=args.sentence_silence,
         )  # fmt: skip
     except ValueError as exc:
-        print(f"ttsvc synth: invalid parameter: {exc}", file=sys.stderr)
+        print(f"ttsvc synth: invalid parameter: {invalid(exc)}", file=sys.stderr)
         return 2
     path = resolve_engines(settings, settings.voice)
     started = time.perf_counter()

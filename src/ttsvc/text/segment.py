@@ -163,6 +163,23 @@ def complete_prefix(text: str) -> int:
     return end
 
 
+def ends_at_its_end(text: str) -> bool:
+    """Whether ``text``, taken as all there is for now, ends a sentence at its end: its last
+    run of terminators would be a boundary before a next sentence. Not "Dr.", "e.g." or an
+    ellipsis ("and..." may go on in lowercase), which only what follows them decides.
+
+    For text that arrives in messages meant as units (an agent's sentences): a message that
+    ends a sentence can be spoken at once instead of waiting for the next message."""
+    stripped = text.rstrip()
+    runs = list(_TERMINATOR_RE.finditer(stripped))
+    if not runs or runs[-1].end() != len(stripped):
+        return False
+    run = runs[-1].group(0).rstrip(_CLOSERS)
+    if "…" in run or ".." in run:
+        return False
+    return complete_prefix(stripped + " A") == len(stripped)
+
+
 def split_sentences(text: str, max_chars: int = 200) -> list[str]:
     """Split normalized ``text`` into stripped, non-empty sentences of at most ``max_chars``.
 

@@ -392,3 +392,30 @@ def test_livekit_lists_voices_with_its_key_header(server: Server, key: str) -> N
 
     assert [(v.id, v.name, v.category) for v in asyncio.run(voices())] == [(VOICE, VOICE,
                                                                             "premade")]  # fmt: skip
+
+
+def first_audio(ws: ClientConnection) -> Message:
+    """The first message with audio: the socket must send it with nothing more asked (a
+    sentence held back for more text never comes, and the read times out)."""
+    while True:
+        message = json.loads(ws.recv(timeout=RECV_S))
+        assert "error" not in message, message
+        if message.get("audio"):
+            return message
+
+
+@pytest.mark.parametrize("query,text", [
+    ({"auto_mode": "true"}, "Turn left at the next light"),  # a whole unit, even unended
+    ({}, "Your table is ready."),  # a message that ends a sentence
+])  # fmt: skip
+def test_a_whole_sentence_is_spoken_without_waiting_for_more_text(
+    server: Server, key: str, query: dict[str, str], text: str
+) -> None:
+    """Pipecat's ElevenLabs class sends whole sentences with ``auto_mode=true`` and no flush:
+    its first audio must not wait for the LLM's next sentence."""
+    with open_ws(server, key, output_format=f"pcm_{RATE}", **query) as ws:
+        send(ws, text=text, context_id="turn")
+        assert first_audio(ws)["contextId"] == "turn"
+        send(ws, context_id="turn", flush=True)
+        send(ws, context_id="turn", close_context=True)
+        assert read_contexts(ws, {"turn"})["turn"][-1]["isFinal"]

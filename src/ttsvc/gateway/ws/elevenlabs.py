@@ -65,6 +65,7 @@ from ttsvc.observability.logs import get_logger
 from ttsvc.protocol import AudioChunkMsg
 from ttsvc.ranges import SENTENCE_SILENCE, SPEED
 from ttsvc.text.incremental import SentenceBuffer
+from ttsvc.text.segment import ends_at_its_end
 
 log = get_logger("elevenlabs_ws")
 
@@ -136,7 +137,8 @@ class ElevenLabsSession:
 
     def __init__(self, state: GatewayState, ws: WebSocket, key: ApiKey | None, voice: str,
                  fmt: OutputFormat, rate: int, *, single: bool, per_context: bool,
-                 timestamps: bool, idle_s: float | None = None) -> None:  # fmt: skip
+                 timestamps: bool, idle_s: float | None = None,
+                 auto: bool = False) -> None:  # fmt: skip
         self.state = state
         self.ws = ws
         self.key = key
@@ -148,6 +150,8 @@ class ElevenLabsSession:
         """Alignment times from the context's start (``sync_alignment=true``, LiveKit), else
         from the previous message's end (Pipecat)."""
         self.timestamps = timestamps
+        self.auto = auto
+        """ElevenLabs' ``auto_mode``: every text message is a whole unit, spoken at once."""
         self.sid = uuid.uuid4().hex
         self.contexts: dict[str, _Context] = {}
         self.opened = 0
@@ -240,6 +244,10 @@ class ElevenLabsSession:
             ctx.flushed = False
             ctx.tail = text[-8:]
             self._queue(ctx, ctx.buffer.append(text))
+            if self.auto or ends_at_its_end(ctx.buffer.pending):
+                # a whole unit (auto_mode), or a message that ends a sentence: speak it now
+                # rather than when the next message shows the sentence has ended
+                self._queue(ctx, ctx.buffer.flush())
         if msg.flush:
             self._queue(ctx, ctx.buffer.flush())
             ctx.flushed = not text
@@ -480,7 +488,8 @@ def install(app: FastAPI, state: GatewayState) -> None:
             return
         session = ElevenLabsSession(state, ws, key, voice, fmt, rate, single=single,
                                     per_context=query.get("sync_alignment", "").lower() == "true",
-                                    timestamps=timestamps, idle_s=idle_s)  # fmt: skip
+                                    timestamps=timestamps, idle_s=idle_s,
+                                    auto=query.get("auto_mode", "").lower() == "true")  # fmt: skip
         try:
             await session.run()
         finally:
