@@ -13,14 +13,12 @@ and JSON escaping keeps control characters from breaking a line.
 
 from __future__ import annotations
 
-import fcntl
 import io
 import logging
 import os
 import select
 import sys
 import threading
-import time
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -52,28 +50,23 @@ def resolve_format(log_format: str, stream: TextIO) -> str:
 class LineSink:
     """Writes whole log lines to one stream, each in a single ``write`` to its descriptor.
 
-    Why: every process of the service logs to the same inherited descriptor. A pipe keeps a
-    write whole only up to ``PIPE_BUF`` (4 KiB) and only if it is one call; structlog's
-    ``PrintLogger`` writes the message and the newline apart, and a buffered text stream splits
-    long lines where its buffer fills, so another process's line could land inside one. Here a
-    line is encoded once and written in one call, under a thread lock and a POSIX record lock
-    (``lockf``) on the descriptor, which the other processes take too: a line longer than
-    ``PIPE_BUF`` (a traceback), which the kernel may hand over in pieces, is still never mixed
-    with another.
+    Why: every process of the service logs to the same inherited descriptor. structlog's
+    ``PrintLogger`` wrote the message and the newline apart, and a buffered text stream splits
+    long lines where its buffer fills, so through a pipe (a container runtime's) another
+    process's line landed inside one. Here a line is encoded once and written in one call under
+    a thread lock: a pipe keeps such a write whole up to ``PIPE_BUF`` (4 KiB, every line the
+    service writes but a long traceback), and a file opened for appending keeps every write
+    whole. No lock is shared between processes: the gateway's event loop would then wait on a
+    worker that took it and was kept from running (by its GIL, the scheduler, a SIGSTOP), which
+    stalled streams; a traceback longer than ``PIPE_BUF`` through a pipe may therefore still be
+    cut by another process's line, where a short line never is.
 
-    The record lock is waited for at most ``LOCK_WAIT_S``, then the line is written anyway: a
-    worker stopped while it holds the lock (SIGSTOP, a cgroup freezer, a debugger) must not
-    freeze the gateway's event loop, which logs too and is what notices a stopped worker. A line
-    logged while this thread is inside ``write_line`` (a finalizer run by the garbage collector
-    mid-write) waits for the line in progress and follows it. Where the stream has no
-    descriptor (a test's ``StringIO``) or takes no record locks (some terminals), the thread
-    lock is all there is. A write that fails (the reader went away) is dropped: a log line must
-    never fail the request it describes.
+    A line logged while this thread is inside ``write_line`` (a finalizer run by the garbage
+    collector mid-write) follows the line in progress. Where the stream has no descriptor (a
+    test's ``StringIO``), it is written through the stream. A write that fails (the reader went
+    away) is dropped: a log line must never fail the request it describes.
 
     Lives in every process of the service; used from any thread."""
-
-    LOCK_WAIT_S = 0.2
-    """Longest wait for another process's line: far more than writing one takes."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
@@ -85,10 +78,9 @@ class LineSink:
         except (AttributeError, OSError, ValueError):
             self._fd = None
         self._encoding = getattr(stream, "encoding", None) or "utf-8"
-        self._locks = self._fd is not None
 
     def write_line(self, line: str) -> None:
-        """``line`` and a newline, as one write (whole even through a shared pipe)."""
+        """``line`` and a newline, as one write."""
         text = line if line.endswith("\n") else line + "\n"
         pending: list[str] | None = getattr(self._local, "pending", None)
         if pending is not None:  # re-entered on this thread: after the line in progress
@@ -103,48 +95,20 @@ class LineSink:
                 self._local.pending = None
 
     def _write(self, text: str) -> None:
-        if self._fd is None:
-            try:
+        try:
+            if self._fd is None:
                 self.stream.write(text)
                 self.stream.flush()
-            except (OSError, ValueError):
-                pass
-            return
-        data = memoryview(text.encode(self._encoding, "backslashreplace"))
-        try:
+                return
+            data = memoryview(text.encode(self._encoding, "backslashreplace"))
             self.stream.flush()  # what was printed before keeps its place
-            locked = self._lock_fd()
-            try:
-                while data:
-                    try:
-                        data = data[os.write(self._fd, data):]
-                    except BlockingIOError:  # a descriptor left non-blocking
-                        select.select([], [self._fd], [], 1.0)
-            finally:
-                if locked:
-                    fcntl.lockf(self._fd, fcntl.LOCK_UN)
+            while data:
+                try:
+                    data = data[os.write(self._fd, data):]
+                except BlockingIOError:  # a descriptor left non-blocking
+                    select.select([], [self._fd], [], 1.0)
         except (OSError, ValueError):  # the reader went away, or the stream was closed
             pass
-
-    def _lock_fd(self) -> bool:
-        """Take the record lock, waiting at most ``LOCK_WAIT_S``; whether it was taken."""
-        if not self._locks:
-            return False
-        assert self._fd is not None
-        deadline = time.monotonic() + self.LOCK_WAIT_S
-        pause = 0.0002
-        while True:
-            try:
-                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except (BlockingIOError, PermissionError):  # another process holds it
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(pause)  # a line is written in microseconds: poll, never hang
-                pause = min(pause * 2, 0.01)
-            except OSError:  # a descriptor that takes no record locks: the thread lock only
-                self._locks = False
-                return False
 
 
 class LineLogger:

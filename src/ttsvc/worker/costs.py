@@ -13,7 +13,6 @@ of their own, so they are tested on their own and the scheduler reads as policy.
 from __future__ import annotations
 
 import heapq
-import math
 import time
 
 from ttsvc.synthesis import CANARY_TEXT, SynthesisParams, Synthesizer
@@ -22,22 +21,8 @@ from ttsvc.worker.streams import ActiveStream
 LAYOUT_STEP_S = 0.03
 """The least audio ``first_late`` counts a laid-out step as buying its stream, so a layout of
 streams whose steps buy almost nothing still ends."""
-SLOWDOWN_MEMORY = 200
-"""Steps over which the slowdown averages (exponentially): a few seconds of work."""
-CAPACITY_PRIOR_S = 2.0
-"""Compute seconds of real steps (summed over the threads: one second of a 2-thread worker at
-work) after which the canary's figure no longer counts at all (``Capacity``). Not less: a burst
-of fresh streams spends its first compute on front ends and acoustic runs, which yield no audio
-yet, so the first second of steps alone can read half the rate that follows (replayed traces
-of bursts of 4 and 8 streams, ``docs/decisions.md``)."""
-CAPACITY_MEMORY_S = 10.0
-"""Compute seconds over which the live capacity averages (exponentially): what 200 steps at
-the 50 ms step floor took, now the same whatever the steps' size."""
-PRIOR_PER_THREAD = (1.0, 100.0)
-"""The canary's audio seconds per second on one thread count within these bounds: below real
-time a thread serves its one stream all the same (admission always fills the threads), and far
-above the fastest figure measured here (10.8 a thread, a medium voice) is a timing gone
-wrong."""
+CAPACITY_MEMORY = 200
+"""Steps over which the measured capacity averages (exponentially): a few seconds of work."""
 SLOWDOWN_RANGE = (0.5, 4.0)
 """One step's wall time over its estimate counts within these bounds (a step stopped by the
 kernel for a second must not make every estimate absurd)."""
@@ -48,45 +33,23 @@ class Capacity:
 
     Measured from wall time per step rather than CPU time, so a core shared with the gateway or
     another tenant shows as less capacity, which is what admission needs to know.
-
-    The canary's figure (``per_thread``, from ``measure``) is only a prior: it was taken in a
-    fraction of a second at start, when the machine may have been loading other workers (too
-    low: the worker is refused streams it could serve) or idle (too high: it is sent more than
-    it can). So it counts as ``CAPACITY_PRIOR_S`` seconds of compute at its rate, less every
-    second of real steps since, and is gone once that much real work has run: the figure is
-    then the real steps' alone, whatever the canary said. Until then it is the mean of the two,
-    weighted by compute seconds, so the figure moves from the canary's to the live one linearly
-    over those seconds. The prior is clamped per thread to ``PRIOR_PER_THREAD`` (0: unknown, no
-    prior). Live steps average exponentially over ``CAPACITY_MEMORY_S`` compute seconds.
-
-    A worker whose prior makes it full still gets work to measure: the worker's admission and
-    the gateway's routing always give it one stream per compute thread (``DeadlinePolicy._room``,
-    ``HeatScoreBalancer._is_full``), and those streams' steps replace the prior.
     """
 
     def __init__(self, threads: int, per_thread: float) -> None:
         self.threads = threads
-        low, high = PRIOR_PER_THREAD
-        self.prior = min(max(per_thread, low), high) if per_thread > 0 else 0.0
-        """The canary's audio seconds per second on one thread, clamped (0: unknown)."""
-        self._prior_s = CAPACITY_PRIOR_S if self.prior > 0 else 0.0
-        self._audio = 0.0
-        self._compute = 0.0
+        self._audio = per_thread
+        self._compute = 1.0
 
     def record(self, audio_s: float, compute_s: float) -> None:
         """One step's audio (0 for an acoustic or flow step) and its wall time."""
-        keep = math.exp(-compute_s / CAPACITY_MEMORY_S)
+        keep = 1.0 - 1.0 / CAPACITY_MEMORY
         self._audio = keep * self._audio + audio_s
         self._compute = keep * self._compute + compute_s
-        self._prior_s = max(0.0, self._prior_s - compute_s)
 
     @property
     def value(self) -> float:
-        """Audio seconds per second with every thread busy (0: unknown)."""
-        weight = self._prior_s + self._compute
-        if weight <= 0:
-            return 0.0
-        return self.threads * (self._prior_s * self.prior + self._audio) / weight
+        """Audio seconds per second with every thread busy."""
+        return self.threads * self._audio / max(self._compute, 1e-9)
 
 
 def chunk_cost(stream: ActiveStream, first_chunk_s: float) -> float:
@@ -122,8 +85,8 @@ def call_cost(stream: ActiveStream, first_chunk_s: float) -> float:
 
 def slowdown_after(slowdown: float, elapsed: float, estimate: float) -> float:
     """``slowdown`` updated with one engine call that took ``elapsed`` against its ``estimate``
-    (exponential over ``SLOWDOWN_MEMORY``, the ratio bounded by ``SLOWDOWN_RANGE``)."""
-    keep = 1.0 - 1.0 / SLOWDOWN_MEMORY
+    (exponential over ``CAPACITY_MEMORY``, the ratio bounded by ``SLOWDOWN_RANGE``)."""
+    keep = 1.0 - 1.0 / CAPACITY_MEMORY
     ratio = min(max(elapsed / estimate, SLOWDOWN_RANGE[0]), SLOWDOWN_RANGE[1])
     return keep * slowdown + (1.0 - keep) * ratio
 
@@ -158,8 +121,8 @@ def first_late(tasks: list[tuple[float, float, float]], free: list[float],
 
 def measure(synth: Synthesizer) -> tuple[float, float, float]:
     """Stream the canary as a stream would: audio seconds one thread computes per second (the
-    prior of ``Capacity``, until two seconds of real steps replace it), seconds to its first
-    chunk, and audio seconds per character of text (the start of ``audio_per_char``)."""
+    start of ``Capacity`` before real steps refine it), seconds to its first chunk, and audio
+    seconds per character of text (the start of ``audio_per_char``)."""
     params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
     started = time.perf_counter()
     first = 0.0

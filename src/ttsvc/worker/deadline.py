@@ -20,11 +20,11 @@ Three rules keep streams playing:
   running streams that still have more audio buffered than that, and after those that do not.
 * **Admission by real-time capacity.** An admitted stream needs up to one audio second per
   second: less when it is ahead of its listener (what it has left, spread over the time its
-  buffer buys); the process knows how many it can compute (``Capacity``: the canary's figure
-  at start, replaced by the real cost of the steps within two seconds of their compute). A new
-  stream that would push demand past ``load_limit`` x capacity waits, oldest first (the key
-  with the fewest admitted streams first, so one key's burst cannot hold every place), and its
-  time to first audio grows instead of every running stream stalling.
+  buffer buys); the process knows how many it can compute (``Capacity``: measured at start,
+  kept current from the real cost of every step). A new stream that would push demand past
+  ``load_limit`` x capacity waits, oldest first (the key with the fewest admitted streams
+  first, so one key's burst cannot hold every place), and its time to first audio grows instead
+  of every running stream stalling.
 
 The policy (``pick``, ``budget``, admission) reads time only through the injected clock, so
 tests drive it with a fake one; the threads are plain ``threading.Thread``s started by

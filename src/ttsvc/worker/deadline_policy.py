@@ -103,7 +103,7 @@ class DeadlinePolicy:
         self.slowdown = 1.0
         """Wall time of recent engine calls over their cost measured alone at start: cores
         shared with the gateway, clients or other tenants make every step slower, and the
-        estimates that order and bound steps follow (exponential over ``SLOWDOWN_MEMORY``)."""
+        estimates that order and bound steps follow (exponential over ``CAPACITY_MEMORY``)."""
         self.misses = 0
         """Chunks sent after their stream's playback deadline."""
         self.late_s = 0.0
