@@ -23,6 +23,16 @@ LAYOUT_STEP_S = 0.03
 streams whose steps buy almost nothing still ends."""
 CAPACITY_MEMORY = 200
 """Steps over which the measured capacity averages (exponentially): a few seconds of work."""
+PRIOR_WEIGHT_S = 1.0
+"""Compute seconds the canary's figure counts as at start (``Capacity``): enough to steady the
+first second of a burst, whose front ends and acoustic runs yield no audio yet."""
+PRIOR_FADE_S = 5.0
+"""Compute seconds of real steps (summed over the threads: 2.5 s of a busy 2-thread worker)
+over which the canary's weight falls linearly to nothing, so no start-up figure outlives them."""
+PRIOR_PER_THREAD = (1.0, 100.0)
+"""The canary's audio seconds per second on one thread count within these bounds: below real
+time a thread still serves its one stream (admission always fills the threads), and far above
+the fastest figure measured here (10.8 a thread, a medium voice) is a timing gone wrong."""
 SLOWDOWN_RANGE = (0.5, 4.0)
 """One step's wall time over its estimate counts within these bounds (a step stopped by the
 kernel for a second must not make every estimate absurd)."""
@@ -33,23 +43,49 @@ class Capacity:
 
     Measured from wall time per step rather than CPU time, so a core shared with the gateway or
     another tenant shows as less capacity, which is what admission needs to know.
+
+    The canary's figure (``per_thread``, from ``measure``) is a prior only: it is taken in a
+    fraction of a second at start, when the machine may be loading other workers (too low: the
+    worker is sent fewer streams than it can serve) or idle (too high: it is sent more). It is
+    clamped to ``PRIOR_PER_THREAD`` and counts as ``PRIOR_WEIGHT_S`` compute seconds at its
+    rate, a weight that falls linearly to nothing over the first ``PRIOR_FADE_S`` seconds of
+    real steps; from then on the figure is the real steps' alone (averaged exponentially over
+    ``CAPACITY_MEMORY`` steps). A worker the prior makes full still gets those steps: admission
+    and routing always give it one stream per compute thread (``DeadlinePolicy._room``,
+    ``HeatScoreBalancer``).
     """
 
     def __init__(self, threads: int, per_thread: float) -> None:
         self.threads = threads
-        self._audio = per_thread
-        self._compute = 1.0
+        low, high = PRIOR_PER_THREAD
+        self.prior = min(max(per_thread, low), high) if per_thread > 0 else 0.0
+        """The canary's audio seconds per second on one thread, clamped (0: unknown)."""
+        self._seen = 0.0
+        self._audio = 0.0
+        self._compute = 0.0
 
     def record(self, audio_s: float, compute_s: float) -> None:
         """One step's audio (0 for an acoustic or flow step) and its wall time."""
         keep = 1.0 - 1.0 / CAPACITY_MEMORY
         self._audio = keep * self._audio + audio_s
         self._compute = keep * self._compute + compute_s
+        self._seen += compute_s
+
+    @property
+    def prior_weight(self) -> float:
+        """Compute seconds the canary's figure still counts as (0 once ``PRIOR_FADE_S`` seconds
+        of real steps have run, or with no figure)."""
+        if self.prior <= 0:
+            return 0.0
+        return PRIOR_WEIGHT_S * max(0.0, 1.0 - self._seen / PRIOR_FADE_S)
 
     @property
     def value(self) -> float:
-        """Audio seconds per second with every thread busy."""
-        return self.threads * self._audio / max(self._compute, 1e-9)
+        """Audio seconds per second with every thread busy (0: unknown)."""
+        weight = self.prior_weight
+        if weight + self._compute <= 0:
+            return 0.0
+        return self.threads * (weight * self.prior + self._audio) / (weight + self._compute)
 
 
 def chunk_cost(stream: ActiveStream, first_chunk_s: float) -> float:
@@ -121,8 +157,8 @@ def first_late(tasks: list[tuple[float, float, float]], free: list[float],
 
 def measure(synth: Synthesizer) -> tuple[float, float, float]:
     """Stream the canary as a stream would: audio seconds one thread computes per second (the
-    start of ``Capacity`` before real steps refine it), seconds to its first chunk, and audio
-    seconds per character of text (the start of ``audio_per_char``)."""
+    prior of ``Capacity``, until ``PRIOR_FADE_S`` of real steps replace it), seconds to its
+    first chunk, and audio seconds per character of text (the start of ``audio_per_char``)."""
     params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
     started = time.perf_counter()
     first = 0.0
