@@ -49,12 +49,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import random
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -208,6 +209,23 @@ class System:
             self.server.stop()
         elif self.server is not None:
             self.server.stop(20, announce_kill=False)
+
+
+@contextlib.contextmanager
+def serving(systems: Sequence[System], engines_dir: Path) -> Iterator[None]:
+    """Every system started and ready (each one's start-up time on stderr); all stopped after,
+    whatever happened."""
+    try:
+        for system in systems:
+            system.start(engines_dir)
+        for system in systems:
+            system.wait_ready()
+            print(f"{system.name} ready in {system.ready_s:.1f} s on :{system.port}",
+                  file=sys.stderr)  # fmt: skip
+        yield
+    finally:
+        for system in systems:
+            system.stop()
 
 
 def make_systems(args: argparse.Namespace) -> tuple[list[System], list[str]]:
@@ -752,18 +770,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{system.name}: {shlex.join(system.command(engines_dir))}")
         return 0
     ensure_default_voice(Path(args.engines_dir), lambda m: print(m, file=sys.stderr))
-    runs: list[LevelRun] = []
-    try:
-        for system in systems:
-            system.start(engines_dir)
-        for system in systems:
-            system.wait_ready()
-            print(f"{system.name} ready in {system.ready_s:.1f} s on :{system.port}",
-                  file=sys.stderr)  # fmt: skip
+    with serving(systems, engines_dir):
         runs = asyncio.run(run_all(systems, corpus, args))
-    finally:
-        for system in systems:
-            system.stop()
     rows = pooled(runs)
     heads = [headline(rows, s.name) for s in systems]
     compare(heads)

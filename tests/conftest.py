@@ -34,14 +34,53 @@ def _run_dir(factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+_SHARED_HELD = [0]
+"""How deeply this process holds the machine lock shared (a test's compile nests in the test's
+own hold, and must not queue behind a measuring test that waits for that very hold to end)."""
+
+
 @contextlib.contextmanager
 def machine(factory: pytest.TempPathFactory, *, quiet: bool) -> Iterator[None]:
-    """Hold the run's machine lock: shared for work that takes every core (a compile),
-    exclusive (``quiet``) for a test that measures real time, so that none of the first runs
-    while the other xdist worker holds the second. Taken around the work itself, never around
-    the fixtures a test waits for (one may compile under the shared lock)."""
-    with (_run_dir(factory) / "machine.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)  # released on close
+    """Hold the run's machine lock: shared for every test (taken around each one by
+    ``pytest_runtest_protocol`` below) and for a compile, exclusive (``quiet``) for a test that
+    measures real time, so that nothing else in the run computes while it measures: under
+    pytest-xdist the other worker's servers would take half the cores the test says it has, and
+    its streams would run dry by chance (CI went red so).
+
+    A turnstile gives the exclusive side precedence: a measuring test holds it while it waits,
+    so the other worker's next test waits behind it instead of starving it (``flock`` grants a
+    shared request while an exclusive one waits). Taken around the work itself, never around the
+    fixtures a measuring test waits for (one may compile under the shared lock)."""
+    run = _run_dir(factory)
+    if not quiet and _SHARED_HELD[0]:
+        _SHARED_HELD[0] += 1  # already shared by this process: a nested hold takes nothing
+        try:
+            yield
+        finally:
+            _SHARED_HELD[0] -= 1
+        return
+    with (run / "machine.turnstile").open("w") as gate, (run / "machine.lock").open("w") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
+        if quiet:
+            yield  # both held (released on close): no shared hold starts until this ends
+            return
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        _SHARED_HELD[0] += 1
+        try:
+            yield
+        finally:
+            _SHARED_HELD[0] -= 1
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Every test but those that measure real time (the ``quiet`` fixture's) runs, setup to
+    teardown, under the machine lock's shared side: see ``machine``."""
+    if "quiet" in getattr(item, "fixturenames", ()):
+        yield
+        return
+    with machine(item.config._tmp_path_factory, quiet=False):  # type: ignore[attr-defined]
         yield
 
 

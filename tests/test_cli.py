@@ -161,7 +161,7 @@ def test_default_split_follows_the_cpus_this_process_may_use(no_ttsvc_env: objec
     budget = cpu_budget()  # this machine's real cgroup files and affinity mask
     assert settings.cpu_budget() == budget
     assert (settings.workers, settings.compute_threads) == default_split(budget.cpus, "deadline")
-    assert (settings.scheduler, settings.realtime_load) == ("deadline", 0.9)
+    assert (settings.scheduler, settings.realtime_load) == ("deadline", 0.75)
     assert settings.step_floor_ms == 50.0
 
 

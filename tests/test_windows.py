@@ -68,3 +68,19 @@ def test_no_budget_or_an_unlimited_one_changes_nothing() -> None:
     free = list(schedule.windows(3000, **kw))
     assert list(schedule.windows(3000, budget=lambda: None, **kw)) == free
     assert list(schedule.windows(3000, budget=lambda: 1e9, **kw)) == free
+
+
+def test_no_window_is_a_sliver_whatever_the_budget_or_the_cap() -> None:
+    # issue 37: budget-capped tails left 1-frame last windows, each paying a whole window's
+    # context (and a step) for 12 ms of audio
+    kw = {"frame_cost_s": 0.0006, "frame_s": 256 / 22050, "context": 24}
+    for schedule in (WindowSchedule(first=4, shared_min=32), WindowSchedule(first=16),
+                     WindowSchedule(first=8, growth=2.0, max=128)):  # fmt: skip
+        for budget_s in (None, 0.001, 0.03, 0.2):
+            for frames in range(1, 400):
+                plan = list(schedule.windows(frames, budget=lambda b=budget_s: b, **kw))
+                assert plan[0][0] == 0 and plan[-1][1] == frames
+                assert all(a[1] == b[0] for a, b in itertools.pairwise(plan))
+                if len(plan) > 1:
+                    least = min(end - start for start, end in plan)
+                    assert least >= schedule.first // 2, (schedule.first, budget_s, frames, plan)

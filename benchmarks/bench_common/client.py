@@ -76,6 +76,8 @@ class Record:
     reads: int = 0
     underruns: int = 0
     stall_ms: float = 0.0
+    retry_after_s: float | None = None
+    """A refusal's ``Retry-After`` in seconds (None: no refusal, or none given)."""
 
     @property
     def ok(self) -> bool:
@@ -137,6 +139,8 @@ async def one_request(
             if resp.status_code != 200:
                 await resp.aread()
                 rec.error = f"http_{resp.status_code}"
+                wait = resp.headers.get("retry-after", "")
+                rec.retry_after_s = float(wait) if wait.isdigit() else None
                 rec.latency_ms = (time.perf_counter() - sent) * 1000.0
                 return
             got = await read_wav(resp, sent)

@@ -39,7 +39,8 @@ def summarize_records(records: Sequence[Record], wall_s: float) -> dict[str, Any
     ``client_cap``). ``underrun_share`` is the fraction of ok streams with at least one underrun.
     ``realtime_share`` is the fraction of all requests that were real-time streams: ok, first
     audio within ``REALTIME_TTFA_MS``, no underrun (a whole WAV after 9 s never underruns, but
-    nobody would call it real-time).
+    nobody would call it real-time); ``goodput_qps`` is those streams per second, and
+    ``refused`` the 429s (``refused_share`` of all requests).
     """
     ok = [r for r in records if r.ok]
     ttfa = [r.ttfa_ms for r in ok if r.ttfa_ms is not None]
@@ -51,6 +52,9 @@ def summarize_records(records: Sequence[Record], wall_s: float) -> dict[str, Any
     wall = wall_s if wall_s > 0 else float("nan")
     audio = sum(r.audio_s for r in ok)
     underrun_streams = sum(1 for r in ok if r.underruns > 0)
+    good = sum(1 for r in ok if r.underruns == 0 and r.ttfa_ms is not None
+               and r.ttfa_ms <= REALTIME_TTFA_MS)  # fmt: skip
+    refused = errors.get("http_429", 0)
     return {
         "sent": len(records),
         "ok": len(ok),
@@ -69,6 +73,9 @@ def summarize_records(records: Sequence[Record], wall_s: float) -> dict[str, Any
         "underruns_total": sum(r.underruns for r in ok),
         "underrun_streams": underrun_streams,
         "underrun_share": underrun_streams / len(ok) if ok else None,
+        "refused": refused,
+        "refused_share": refused / len(records) if records else None,
+        "goodput_qps": good / wall,
         "realtime_share": (
             sum(
                 1
@@ -126,6 +133,8 @@ async def closed_loop(
     *,
     listen: bool = False,
     stagger_s: Sequence[float] = (0.0,),
+    think_s: float = 0.0,
+    seed: int = 0,
 ) -> tuple[list[Record], float, bool]:
     """``level`` clients send back to back until ``planned`` requests or ``max_seconds`` run out.
 
@@ -136,7 +145,9 @@ async def closed_loop(
 
     ``listen``: each client is a caller that plays its answer in real time before asking again
     (``paced_loop``); client ``i`` starts after ``stagger_s[i]`` (cycled). The waits are the
-    scheduler's timer, which is what pacing is.
+    scheduler's timer, which is what pacing is. A listening caller then thinks a uniform
+    ``0..think_s`` seconds (seeded per caller) before its next request; a refused one waits the
+    refusal's ``Retry-After`` instead, as a well-behaved client does.
     """
     records: list[Record] = []
     next_index = 0
@@ -144,8 +155,9 @@ async def closed_loop(
     started = time.perf_counter()
     deadline = started + max_seconds
 
-    async def client_loop(offset: float) -> None:
+    async def client_loop(caller: int, offset: float) -> None:
         nonlocal next_index, deadline_hit
+        rng = random.Random(seed * 100_003 + caller)
         if offset > 0:
             await asyncio.sleep(offset)
         while next_index < planned:
@@ -159,11 +171,16 @@ async def closed_loop(
             rec.start_s = sent - started
             await send(index, rec)
             records.append(rec)
-            wait = sent + playback_end_s(rec) - time.perf_counter() if listen else 0.0
+            wait = 0.0
+            if listen and rec.retry_after_s is not None:
+                wait = rec.retry_after_s
+            elif listen:
+                wait = sent + playback_end_s(rec) - time.perf_counter()
+                wait += rng.uniform(0.0, think_s) if think_s > 0 else 0.0
             if wait > 0:
                 await asyncio.sleep(wait)
 
-    await asyncio.gather(*(client_loop(stagger_s[i % len(stagger_s)]) for i in range(level)))
+    await asyncio.gather(*(client_loop(i, stagger_s[i % len(stagger_s)]) for i in range(level)))
     records.sort(key=lambda r: r.index)
     return records, time.perf_counter() - started, deadline_hit
 
@@ -175,8 +192,11 @@ async def paced_loop(
     planned: int,
     max_seconds: float,
     stagger_s: Sequence[float],
+    think_s: float = 0.0,
+    seed: int = 0,
 ) -> tuple[list[Record], float, bool]:
-    """``streams`` callers that each play their audio in real time before asking again.
+    """``streams`` callers that each play their audio in real time (then think up to
+    ``think_s``) before asking again.
 
     A closed loop's client reads audio as fast as the server makes it, so four of them already
     saturate a server that is 5x faster than real time; a voice bot's caller listens. Callers
@@ -185,7 +205,8 @@ async def paced_loop(
     streams" means.
     """
     return await closed_loop(
-        send, make, streams, planned, max_seconds, listen=True, stagger_s=stagger_s
+        send, make, streams, planned, max_seconds, listen=True, stagger_s=stagger_s,
+        think_s=think_s, seed=seed,
     )
 
 

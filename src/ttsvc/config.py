@@ -18,6 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ttsvc.balancer import BalancerSettings
+from ttsvc.balancer.model import Overload
 from ttsvc.cpus import (
     MAX_PROCESSES,
     MAX_THREADS,
@@ -69,10 +70,15 @@ class Settings(BaseSettings):
     """``deadline``: K compute threads per process over one queue of steps ordered by playback
     deadline, bounded steps, admission by real-time capacity. ``legacy``: the earlier
     scheduler (one compute thread, whole windows, no admission), kept for comparison."""
-    realtime_load: float = Field(0.9, gt=0.0, le=4.0)
+    realtime_load: float = Field(0.75, gt=0.0, le=4.0)
     """Share of a process's measured real-time capacity its admitted streams may demand; a new
     stream past it waits for a running one to finish (its time to first audio grows) instead
     of making running streams stall."""
+    overload: Overload = "refuse"
+    """When every worker's real-time capacity is taken: ``refuse`` answers a new stream 429
+    ``no_headroom`` with a ``Retry-After`` at once, before any worker sees it (running streams
+    keep playing, a client can try another pod); ``queue`` sends it to the least loaded worker,
+    which holds it until it has room, up to ``queue_timeout_s`` (its first audio waits)."""
     step_floor_ms: float = Field(50.0, ge=5.0, le=1000.0)
     """The shortest bound the deadline scheduler puts on a step (a flow chunk or vocoder window)
     while other streams wait for a thread: larger steps overlap less, so a saturated worker
@@ -346,6 +352,7 @@ class Settings(BaseSettings):
             decay=self.balancer_decay,
             reference_ttfa_ms=self.balancer_reference_ttfa_ms,
             realtime_load=self.realtime_load,
+            overload=self.overload,
         )
 
     def schedule(self) -> WindowSchedule:

@@ -217,13 +217,25 @@ class UnknownModel(TTSError):
 
 
 class Busy(TTSError):
-    """Admission refused: every stream slot and queue place is taken."""
+    """Admission refused: every stream slot and queue place is taken (retry after
+    ``retry_after_s``, in whole seconds on the wire)."""
 
     status = 429
     type = "overloaded"
 
+    def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
     def headers(self) -> dict[str, str]:
-        return {"Retry-After": "1"}
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+
+
+class NoHeadroom(Busy):
+    """Every live worker's real-time capacity is taken: a new stream would make running ones
+    run dry (or wait behind them), so it is refused at once, before any worker sees it."""
+
+    type = "no_headroom"
 
 
 class Unauthorized(TTSError):

@@ -104,7 +104,14 @@ class WindowSchedule:
             if frame_cost_s > 0:
                 next_limit = self.realtime_share * end * frame_s / frame_cost_s - context
                 size = max(self.first, min(size, int(next_limit)))
-            if start > 0 and frames - end < size // 2 and frames - start <= limit:
+            tail = frames - end
+            if start > 0 and tail < size // 2 and frames - start <= limit:
                 end = frames  # a short tail costs a window's context for little audio: merge it
+            elif start == 0 and 0 < tail < max(2, self.first // 2):
+                end = frames  # a sliver after the first window: a few frames more cost less
+            elif 0 < tail < self.first < end - start:
+                # the budget keeps the tail out of this window: leave it a first window's
+                # frames rather than a sliver that pays a whole window's context
+                end = frames - self.first
             yield start, end
             start, limit = end, max(next_limit, self.first)

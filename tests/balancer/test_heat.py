@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 from ttsvc.balancer import BalancerSettings, HeatScoreBalancer, WorkerState
 from ttsvc.config import Settings
-from ttsvc.errors import NoWorkerAvailable
+from ttsvc.errors import NoHeadroom, NoWorkerAvailable
 
 
 class FakeClock:
@@ -65,7 +66,7 @@ def test_default_settings_are_the_documented_constants() -> None:
         0.9,
         50.0,
     )
-    assert s.realtime_load == 0.9
+    assert s.realtime_load == 0.75
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.decay = 0.5  # type: ignore[misc]
 
@@ -489,11 +490,11 @@ def test_the_service_settings_pass_their_realtime_load() -> None:
 
 def test_pick_prefers_a_worker_with_capacity_to_spare_over_the_heat_score(clock: FakeClock) -> None:
     b = make(clock)
-    b.add_worker(1, capacity=2.0)  # room for 1.8 audio-s/s at realtime_load 0.9
-    b.add_worker(2, capacity=8.0)  # room for 7.2
+    b.add_worker(1, capacity=2.0)  # room for 1.5 audio-s/s at realtime_load 0.75
+    b.add_worker(2, capacity=8.0)  # room for 6
     b.report(1, qsize=1, capacity=2.0, demand=1.0)
     b.report(2, qsize=3, capacity=8.0, demand=3.0)
-    # heat score alone: 2/101 on worker 1 < 4/101 on worker 2; but 1 + 1 > 1.8 on worker 1
+    # heat score alone: 2/101 on worker 1 < 4/101 on worker 2; but 1 + 1 > 1.5 on worker 1
     assert b.pick() == 2
     assert (state(b, 2).demand, state(b, 2).need) == (4.0, 4.0)
     without_capacity = make(clock, 1, 2)
@@ -502,14 +503,67 @@ def test_pick_prefers_a_worker_with_capacity_to_spare_over_the_heat_score(clock:
     assert without_capacity.pick() == 1
 
 
-def test_when_every_worker_is_full_the_heat_score_decides(clock: FakeClock) -> None:
-    b = make(clock)
+def test_when_every_worker_is_full_the_heat_score_decides_if_asked_to_queue(
+    clock: FakeClock,
+) -> None:
+    b = make(clock, overload="queue")
     for wid in (1, 2):
         b.add_worker(wid, capacity=2.0)
     b.report(1, qsize=2, capacity=2.0, demand=2.0)
     b.report(2, qsize=4, capacity=2.0, demand=4.0)
     assert b.pick() == 1  # 3/101 < 5/101: the worker then holds the stream until it has room
     assert b.pick() == 1  # 4/101 < 5/101
+
+
+def test_when_every_worker_is_full_a_new_stream_is_refused_and_no_worker_counts_it(
+    clock: FakeClock,
+) -> None:
+    b = make(clock, realtime_load=0.9)  # overload="refuse", the default
+    for wid in (1, 2):
+        b.add_worker(wid, capacity=4.0)
+    b.report(1, qsize=3, capacity=4.0, demand=3.0)  # 3 + 1 > 0.9 x 4: full
+    assert b.pick() == 2
+    b.report(2, qsize=3, capacity=4.0, demand=3.0)
+    before = b.snapshot()
+    with pytest.raises(NoHeadroom) as refused:
+        b.pick()
+    assert refused.value.status == 429 and refused.value.type == "no_headroom"
+    assert b.snapshot() == before  # the refusal touched no worker's count
+    assert b.headroom() == pytest.approx((0.6 + 0.6) / (3.6 + 3.6))
+    b.release(1)  # a stream ends: worker 1 has room again
+    assert b.pick() == 1
+
+
+def test_retry_after_counts_the_streams_that_must_end_at_the_pace_they_have_been_ending(
+    clock: FakeClock,
+) -> None:
+    b = make(clock, realtime_load=0.9)
+    b.add_worker(1, capacity=4.0, threads=2)
+    b.report(1, qsize=5, capacity=4.0, demand=5.0)  # 5 + 1 - 3.6: 3 streams must end first
+    for _ in range(4):  # streams have been ending every 0.5 s
+        clock.advance(0.5)
+        b.report(1, qsize=6, capacity=4.0, demand=6.0)
+        b.release(1)
+    b.report(1, qsize=5, capacity=4.0, demand=5.0)
+    with pytest.raises(NoHeadroom) as refused:
+        b.pick()
+    assert 1.0 <= refused.value.retry_after_s < 3 * 1.0  # 3 ends, the gap near 0.5 s
+    assert refused.value.headers() == {"Retry-After": str(math.ceil(refused.value.retry_after_s))}
+
+
+def test_headroom_is_the_share_of_room_left_and_zero_without_a_live_worker(
+    clock: FakeClock,
+) -> None:
+    b = make(clock, realtime_load=0.9)
+    assert b.headroom() == 0.0
+    b.add_worker(1, capacity=10.0, threads=2)  # room 9
+    b.add_worker(2, threads=2)  # capacity unknown: its threads
+    assert b.headroom() == 1.0
+    b.report(1, qsize=3, capacity=10.0, demand=4.5)
+    b.report(2, qsize=1, demand=1.0)
+    assert b.headroom() == pytest.approx((4.5 + 1.0) / (9.0 + 2.0))
+    clock.advance(b.settings.heartbeat_timeout)  # both silent: none live
+    assert b.headroom() == 0.0
 
 
 def test_unknown_capacity_routes_exactly_by_the_heat_score(clock: FakeClock) -> None:
@@ -543,7 +597,7 @@ def test_picks_and_releases_count_demand_between_reports(clock: FakeClock) -> No
     b = make(clock, 0)
     for _ in range(20):  # worker 0 is a poor second on the heat score, with capacity unknown
         score_after(b, clock, 0, 100.0)
-    b.add_worker(1, capacity=2.5)  # room for 2.25 audio-s/s
+    b.add_worker(1, capacity=3.0)  # room for 2.25 audio-s/s
     assert [b.pick(), b.pick()] == [1, 1]  # demand 0 -> 1 -> 2
     assert b.pick() == 0  # 2 + 1 > 2.25
     b.release(1)
@@ -674,3 +728,19 @@ def test_without_a_voice_routing_ignores_what_workers_hold(clock: FakeClock) -> 
     balancer.add_worker(0, voices=())
     balancer.add_worker(1, voices=("a",))
     assert balancer.pick() == 0
+
+
+def test_a_worker_that_sent_a_chunk_late_is_full_for_a_while_whatever_its_figures(
+    clock: FakeClock,
+) -> None:
+    b = make(clock)
+    b.add_worker(1, capacity=20.0, threads=2)  # room 18: plenty by its figures
+    b.report(1, qsize=2, capacity=20.0, demand=2.0, late=True)
+    with pytest.raises(NoHeadroom):
+        b.pick()  # its streams already run late: one more would make it worse
+    assert b.headroom() == 0.0
+    clock.advance(b.settings.strain_s)
+    b.heartbeat(1)
+    assert b.pick() == 1  # what it delivers since says it has room again
+    b.report(1, qsize=1, capacity=20.0, demand=1.0, late=True)
+    assert b.pick() == 1  # a stream per compute thread it always takes

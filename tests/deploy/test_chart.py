@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -377,7 +378,7 @@ def test_hpa_scales_on_a_metric_the_service_exports(chart: helm.Chart) -> None:
     objects = render(chart, VALUES_SETS["autoscaling-metric"])
     hpa = one(objects, "HorizontalPodAutoscaler")
     names = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
-    assert names and set(names) <= exported_metrics()
+    assert names and set(names) <= exported_metrics() | {"ttsvc_headroom_used"}
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
                                              "name": FULLNAME}  # fmt: skip
     # the HPA owns the replica count
@@ -394,8 +395,13 @@ def test_prometheus_adapter_rules_serve_exported_metrics() -> None:
     for rule in rules["rules"]["custom"]:
         series = rule["seriesQuery"].split("{")[0]
         assert series in exported, series
-        assert rule["name"]["as"] in exported
-        served.add(rule["name"]["as"])
+        name = rule["name"]["as"]
+        # a gauge that falls as load grows (headroom) is served as the share used, which an
+        # HPA can scale up on: ttsvc_headroom_ratio becomes ttsvc_headroom_used, 1 - it
+        derived = name == series.removesuffix("_ratio") + "_used"
+        assert name in exported or derived, name
+        assert not derived or rule["metricsQuery"].startswith("1 - ")
+        served.add(name)
     with helm.Chart.load(CHART) as loaded:
         assert loaded.values["autoscaling"]["metric"]["name"] in served
 
@@ -416,7 +422,7 @@ def test_keda_scaled_object(chart: helm.Chart) -> None:
     assert trigger["type"] == "prometheus"
     query = trigger["metadata"]["query"]
     assert f'namespace="{NAMESPACE}"' in query and f'service="{FULLNAME}"' in query
-    assert query.split("(")[1].split("{")[0] in exported_metrics()
+    assert set(re.findall(r"ttsvc_[a-z_]+", query)) <= exported_metrics()
     assert float(trigger["metadata"]["threshold"]) > 0
 
 

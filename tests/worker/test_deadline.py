@@ -115,6 +115,24 @@ def test_playing_streams_go_least_laxity_first(synth: Synthesizer) -> None:
     assert sched.pick() is sched.streams["b"]
 
 
+def test_a_pending_flow_call_is_priced_with_the_window_it_feeds(synth: Synthesizer) -> None:
+    # issue 37: the window after a flow call was priced as a first window (16 frames) where
+    # the synthesizer's real ones are 50-123: such streams were picked 20-70 ms late
+    clock = FakeClock()
+    sched = scheduler(synth, clock)
+    sched.add(job("a"))
+    a = playing(sched, "a", buffered_s=1.0)
+    inputs = np.zeros((1, 192, 140), np.float32)
+    a.pending = FrameCall("flow", inputs, window=synth.schedule.first)
+    small = sched.cost_to_chunk(a)
+    a.pending = FrameCall("flow", inputs, window=120)
+    wide = sched.cost_to_chunk(a)
+    extra = (120 - synth.schedule.first) * synth.vocoder_cost_s * sched.slowdown
+    assert wide == pytest.approx(small + extra)
+    a.pending = FrameCall("flow", inputs)  # not said: a first window, as before
+    assert sched.cost_to_chunk(a) == pytest.approx(small)
+
+
 def test_fresh_streams_finish_first_chunks_in_arrival_order(synth: Synthesizer) -> None:
     """A burst shares one first-audio target: each finishes its first chunk before the next
     starts, instead of every acoustic run going before any first window."""
@@ -282,23 +300,25 @@ def test_admission_serves_the_key_with_fewest_admitted_streams(synth: Synthesize
     assert sched.streams["other-1"].admitted  # arrived last, but its key holds nothing
 
 
-def test_no_stream_starves_or_runs_dry_under_bursts_within_capacity(synth: Synthesizer) -> None:
+def simulate(synth: Synthesizer, burst: int, load_limit: float = 1.0) -> tuple[set[str], int, int]:
     """Simulated steps on the fake clock, one thread, each step 20 ms: a fresh stream takes
     three steps to its first chunk (acoustic run, flow, first window: 186 ms of audio), then
-    each step adds 150 ms; bursts of three streams arrive every 60 steps (75 % busy). Every
-    stream gets its first chunk, and no playing stream is served after its audio ran out."""
+    each step adds 150 ms; ``burst`` streams arrive every 60 steps (3: 75 % busy). Returns the
+    streams that got their first chunk, how many chunks a playing stream got after its audio
+    ran out, and the most streams admission held back at once."""
     clock = FakeClock()
-    sched = scheduler(synth, clock, threads=1, per_thread=5.0, load_limit=1.0)
+    sched = scheduler(synth, clock, threads=1, per_thread=5.0, load_limit=load_limit)
     rate = synth.sample_rate
     step_s = 0.02
     prelude: dict[str, int] = {}
     started: set[str] = set()
-    dry = 0
+    dry = held = 0
     for n in range(1500):
         if n % 60 == 0 and n < 1200:
-            for k in range(3):
+            for k in range(burst):
                 sched.add(job(f"s{n}-{k}"))
                 prelude[f"s{n}-{k}"] = 3
+        held = max(held, sched.waiting())
         stream = sched.pick()
         if stream is None:
             clock.now += step_s
@@ -321,7 +341,25 @@ def test_no_stream_starves_or_runs_dry_under_bursts_within_capacity(synth: Synth
         if stream.samples_sent > 2 * rate:
             with sched.lock:  # two seconds of audio: done, the next waiting one enters
                 sched._remove(stream)
+    return started, dry, held
+
+
+def test_no_stream_starves_or_runs_dry_under_bursts_within_capacity(synth: Synthesizer) -> None:
+    """Bursts of three streams every 60 steps (75 % busy): every stream gets its first chunk,
+    and no playing stream is served after its audio ran out."""
+    started, dry, _ = simulate(synth, burst=3)
     assert started == {f"s{n}-{k}" for n in range(0, 1200, 60) for k in range(3)}
+    assert dry == 0
+
+
+def test_at_three_times_capacity_admitted_streams_keep_their_deadlines(
+    synth: Synthesizer,
+) -> None:
+    """Bursts of nine (225 % busy, three times the load above) at the default 0.75 load limit:
+    admission holds the excess back, and not one chunk of a stream it let in comes late."""
+    started, dry, held = simulate(synth, burst=9, load_limit=0.75)
+    assert held > 9  # the overload was real: streams waited for room
+    assert started  # and some were served
     assert dry == 0
 
 

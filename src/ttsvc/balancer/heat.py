@@ -23,7 +23,16 @@ from ttsvc.balancer.model import (
     WorkerState,
     require_finite_non_negative,
 )
-from ttsvc.errors import NoWorkerAvailable
+from ttsvc.errors import NoHeadroom, NoWorkerAvailable
+
+RELEASE_GAP_S = 1.0
+"""Seconds between two streams' ends the balancer assumes until it has seen some: what a
+``Retry-After`` is sized from before any stream ended."""
+RELEASE_MEMORY = 0.2
+"""Weight of the newest gap between two streams' ends in their exponential average."""
+RETRY_AFTER_RANGE_S = (1.0, 30.0)
+"""``Retry-After`` stays within these: HTTP's least whole second, and a wait past which a
+client had better try another pod."""
 
 
 class HeatScoreBalancer:
@@ -52,13 +61,17 @@ class HeatScoreBalancer:
       :class:`NoWorkerAvailable` (the gateway answers 503: circuit breaker).
     * Admission by capacity, the worker's own rule: a worker that reported its real-time
       capacity (audio seconds per second, measured by the worker) is *full* when one more
-      stream would take its demand past ``realtime_load`` (0.9) times that capacity, unless it
+      stream would take its demand past ``realtime_load`` (0.75) times that capacity, unless it
       has fewer streams than compute threads (those it always takes: a machine measured slow
-      still serves). :meth:`pick` chooses among live workers that are not full, and among all
-      live workers only when every one is full (the worker then holds the stream until it has
-      room). A worker whose capacity is unknown (0) is never full, so without capacity reports
+      still serves). :meth:`pick` chooses among live workers that are not full. When every one
+      is full it raises :class:`NoHeadroom` (a 429 with a ``Retry-After`` from how often
+      streams have been ending, :meth:`retry_after`), so the refusal costs no worker anything
+      and no running stream runs dry; with ``overload="queue"`` it picks among the full ones
+      instead (the worker then holds the stream until it has room, up to its queue deadline).
+      A worker whose capacity is unknown (0) is never full, so without capacity reports
       routing is the heat score alone. Each stream is counted as one audio second per second:
-      a stream plays in real time whatever its speed.
+      a stream plays in real time whatever its speed. :meth:`headroom` is the share of the
+      live workers' room left (``/health``'s score, a gauge autoscaling reads).
     * Voice affinity: a worker that does not hold the request's voice (as it last reported,
       or picked for it since) counts ``COLD_VOICE_LOAD`` more streams, so each voice's traffic
       gathers on the workers that already loaded it, and spreads when they are busier.
@@ -99,6 +112,8 @@ class HeatScoreBalancer:
         self._clock = clock
         self._workers: dict[int, Worker] = {}
         self._last_refresh = clock()
+        self._last_release: float | None = None
+        self._release_gap = RELEASE_GAP_S
 
     @property
     def settings(self) -> BalancerSettings:
@@ -157,10 +172,13 @@ class HeatScoreBalancer:
         capacity: float | None = None,
         demand: float | None = None,
         voices: tuple[str, ...] | None = None,
+        late: bool = False,
     ) -> bool:
         """Record the worker's own count of streams in flight and queued, and, when given, its
         real-time capacity (0: unknown), the demand of its streams (audio seconds per second,
-        counting those it holds back for want of capacity, one each) and the voices it holds."""
+        counting those it holds back for want of capacity, one each) and the voices it holds.
+        ``late``: it sent a chunk past its stream's playback deadline since its last report,
+        so it counts as full for ``strain_s`` whatever its figures say."""
         if qsize < 0:
             raise ValueError(f"qsize must be >= 0, got {qsize}")
         if capacity is not None:
@@ -177,6 +195,8 @@ class HeatScoreBalancer:
             worker.demand = demand
         if voices is not None:
             worker.voices = frozenset(voices)
+        if late:
+            worker.strained_until = self._clock() + self._settings.strain_s
         return True
 
     def observe(self, worker_id: int, ttfa_ms: float) -> bool:
@@ -227,13 +247,19 @@ class HeatScoreBalancer:
 
     def _is_full(self, worker: Worker) -> bool:
         """The worker would hold a new stream back: it has a stream per compute thread, and one
-        more would take it past its share of a known capacity."""
-        if worker.capacity <= 0.0:
-            return False
+        more would take it past its share of a known capacity, or it sent a chunk late within
+        ``strain_s``."""
         need = max(worker.demand, float(worker.inflight))
         if need < worker.threads:
             return False
+        if self._strained(worker):
+            return True
+        if worker.capacity <= 0.0:
+            return False
         return need + 1.0 > worker.capacity * self._settings.realtime_load + RATE_EPSILON
+
+    def _strained(self, worker: Worker) -> bool:
+        return self._clock() < worker.strained_until
 
     def pick(self, voice: str | None = None) -> int:
         """Choose a worker for a new stream (of ``voice``, when named) and count the dispatch
@@ -244,6 +270,8 @@ class HeatScoreBalancer:
 
         Raises:
             NoWorkerAvailable: no registered worker is ready with a fresh heartbeat.
+            NoHeadroom: every live worker is full and ``overload`` is ``refuse``; no worker's
+                count changes.
         """
         self.refresh()
         now = self._clock()
@@ -260,6 +288,13 @@ class HeatScoreBalancer:
                 best, best_key = worker, key
         if best is None:
             raise NoWorkerAvailable(registered=len(self._workers), live=0)
+        if best_key[0] and self._settings.overload == "refuse":
+            wait = self.retry_after()
+            raise NoHeadroom(
+                f"no worker has real-time headroom for another stream now; "
+                f"retry in {max(1, math.ceil(wait))} s",
+                retry_after_s=wait,
+            )
         best.inflight += 1
         best.qsize += 1
         best.demand += 1.0
@@ -276,10 +311,47 @@ class HeatScoreBalancer:
         worker = self._workers.get(worker_id)
         if worker is None:
             return False
+        now = self._clock()
+        if self._last_release is not None:
+            gap = now - self._last_release
+            self._release_gap += RELEASE_MEMORY * (gap - self._release_gap)
+        self._last_release = now
         worker.inflight = max(0, worker.inflight - 1)
         worker.qsize = max(0, worker.qsize - 1)
         worker.demand = max(0.0, worker.demand - 1.0)
         return True
+
+    def _room(self, worker: Worker) -> tuple[float, float]:
+        """The worker's room for streams, in audio seconds per second, and what is left of it:
+        its share of a known capacity (never less than its threads: those it always takes), or
+        its threads while its capacity is unknown."""
+        total = float(worker.threads)
+        if worker.capacity > 0.0:
+            total = max(total, worker.capacity * self._settings.realtime_load)
+        need = max(worker.demand, float(worker.inflight))
+        if self._strained(worker):  # late lately: no room beyond its threads
+            return total, max(0.0, min(total, worker.threads) - need)
+        return total, max(0.0, total - need)
+
+    def headroom(self) -> float:
+        """The share of the live workers' room for real-time streams still free, 0-1 (0 with
+        no live worker): what ``/health`` scores and autoscaling reads (``ttsvc_headroom``)."""
+        now = self._clock()
+        rooms = [self._room(w) for w in self._workers.values() if self._is_live(w, now)]
+        total = sum(t for t, _ in rooms)
+        return sum(f for _, f in rooms) / total if total > 0 else 0.0
+
+    def retry_after(self) -> float:
+        """Seconds until a live worker likely has room for one more stream: the fewest streams
+        any of them must finish first, times the average gap between two streams' ends (Little:
+        streams end as often as they have been ending), within ``RETRY_AFTER_RANGE_S``."""
+        now = self._clock()
+        short = [max(worker.demand, float(worker.inflight)) + 1.0 - total
+                 for worker in self._workers.values() if self._is_live(worker, now)
+                 for total, _ in [self._room(worker)]]  # fmt: skip
+        ends = max(1.0, math.ceil(min(short, default=1.0) - RATE_EPSILON))
+        low, high = RETRY_AFTER_RANGE_S
+        return min(max(ends * self._release_gap, low), high)
 
     # -- views -----------------------------------------------------------------------------------
 
@@ -323,7 +395,7 @@ class HeatScoreBalancer:
         return None if worker is None else worker.score
 
     def pool_score(self) -> float:
-        """Mean score of live workers (0.0 when none), for ``/health``: ``{"score": x}``."""
+        """Mean heat score of live workers (0.0 when none)."""
         self.refresh()
         now = self._clock()
         scores = [w.score for w in self._workers.values() if self._is_live(w, now)]

@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 Clock = Callable[[], float]
+Overload = Literal["refuse", "queue"]
 """Monotonic seconds (``time.monotonic`` in production, a fake or simulated clock elsewhere)."""
 
 MAX_SCORE = 100.0
@@ -59,9 +61,17 @@ class BalancerSettings:
     reference_ttfa_ms: float = 50.0
     """Time-to-first-audio expected of a healthy worker on this deployment (CPU or GPU); it is
     scored like a 50 ms latency in the seed formula (bonus 50)."""
-    realtime_load: float = 0.9
+    realtime_load: float = 0.75
     """Share of a worker's real-time capacity that its streams may demand before it is full:
-    a full worker gets a new stream only when every live worker is full."""
+    a full worker gets a new stream only when every live worker is full (``overload``)."""
+    strain_s: float = 2.0
+    """Seconds a worker that reported a chunk sent past its playback deadline counts as full
+    (no new stream beyond one per compute thread): its figures said it had room, and what it
+    delivered says it had not."""
+    overload: Overload = "refuse"
+    """What :meth:`HeatScoreBalancer.pick` does when every live worker is full: ``refuse``
+    (``NoHeadroom``, a 429 no worker sees) or ``queue`` (the least loaded full worker takes
+    the stream and holds it until it has room, up to its queue deadline)."""
 
     def __post_init__(self) -> None:
         _require_finite_positive("refresh_interval", self.refresh_interval)
@@ -69,12 +79,15 @@ class BalancerSettings:
         _require_finite_positive("slow_latency_ms", self.slow_latency_ms)
         _require_finite_positive("reference_ttfa_ms", self.reference_ttfa_ms)
         _require_finite_positive("realtime_load", self.realtime_load)
+        _require_finite_positive("strain_s", self.strain_s)
         if (
             isinstance(self.slow_strikes, bool)
             or not isinstance(self.slow_strikes, int)
             or self.slow_strikes < 1
         ):
             raise ValueError(f"slow_strikes must be an int >= 1, got {self.slow_strikes!r}")
+        if self.overload not in ("refuse", "queue"):
+            raise ValueError(f"overload must be 'refuse' or 'queue', got {self.overload!r}")
         if isinstance(self.decay, bool) or not (0.0 < self.decay < 1.0):
             raise ValueError(f"decay must be in the open interval (0, 1), got {self.decay!r}")
 
@@ -134,6 +147,8 @@ class Worker:
     demand: float = 0.0
     ready: bool = True
     voices: frozenset[str] = frozenset()
+    strained_until: float = -math.inf
+    """Until when the worker counts as full whatever its figures: it sent a chunk late."""
     strikes: int = 0
     pending: list[float] = field(default_factory=list)
     """Normalized latencies observed since the last refresh, oldest first."""

@@ -58,7 +58,11 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "(default: deadline)")
     p.add_argument("--realtime-load", type=float, default=None,
                    help="share of a worker's real-time capacity its streams may demand before a "
-                   "new stream waits (default 0.9)")
+                   "new stream waits or is refused (default 0.75)")
+    p.add_argument("--overload", choices=["refuse", "queue"], default=None,
+                   help="when every worker's real-time capacity is taken: refuse a new stream "
+                   "with 429 no_headroom and a Retry-After at once, or queue it on the least "
+                   "loaded worker until it has room (default: refuse)")
     p.add_argument("--step-floor-ms", type=float, default=None,
                    help="shortest bound the deadline scheduler puts on a step: larger overlaps "
                    "less (throughput), a stream needing a thread waits longer (default 50)")

@@ -10,7 +10,7 @@ window schedule and calibrated contexts the synthesizer uses:
 * **flow** and **vocoder** (frame windows, batched across streams): ``[1..max_batch, C, T]`` where
   ``T`` runs from one frame (the tail of a very short sentence) to the widest window the schedule
   makes (its ``max``, plus the half-window a merged tail may add, plus the engine's context on
-  both sides; the flow also advances by at least ``FLOW_CHUNK``). Calls wider than that (a
+  both sides; the flow also runs up to ``FLOW_CHUNK`` frames ahead). Calls wider than that (a
   one-shot canary of a long sentence) are cut into windows by the engine itself
   (``run_in_windows``), so the profile need not cover whole sentences. The optimum is the second
   window of the schedule at half the batch: the steady state of a loaded worker.
@@ -109,7 +109,7 @@ def engine_profiles(
     fctx = contexts.get("flow")
     if fctx is not None:
         # one flow call covers the frames the next vocoder window needs (its right context
-        # included) or FLOW_CHUNK frames, whichever is more, plus the flow's own context
+        # included) or up to FLOW_CHUNK frames ahead, whichever is more, plus its own context
         fspan = fctx.left + fctx.right
         fmax = max(widest + vctx.right, FLOW_CHUNK) + fspan
         fopt = max(steady, FLOW_CHUNK) + fspan

@@ -97,6 +97,10 @@ class ServiceMetrics:
                                     ["worker"], registry=r)  # fmt: skip
         self.worker_score = Gauge("ttsvc_worker_heat_score", "Heat score of a worker (0-100)",
                                   ["worker"], registry=r)  # fmt: skip
+        self.headroom = Gauge("ttsvc_headroom_ratio",
+                              "Share of the live workers' real-time room still free, 0-1 "
+                              "(/health's score): new streams are refused 429 no_headroom as "
+                              "it reaches 0, so scale out well before", registry=r)  # fmt: skip
         self.worker_capacity = Gauge("ttsvc_worker_capacity_audio_seconds_per_second",
                                      "Audio seconds per second a worker can compute (0: unknown)",
                                      ["worker"], registry=r)  # fmt: skip

@@ -250,9 +250,10 @@ class WorkerPool:
             # they were sent: it counts only while the pool has nothing out on the worker
             handle.settled = (msg.settled and not handle.streams
                               and not self.rollouts.waiting_on(handle.id))  # fmt: skip
-            self.balancer.report(handle.id, msg.qsize, capacity=capacity,
-                                 demand=demand + msg.waiting, voices=msg.voices)  # fmt: skip
             misses, late_s = handle.deadlines.advance(msg.misses, msg.late_s)
+            self.balancer.report(handle.id, msg.qsize, capacity=capacity,
+                                 demand=demand + msg.waiting, voices=msg.voices,
+                                 late=misses > 0)  # fmt: skip
             if self.metrics is not None:
                 self.metrics.set_capacity(handle.id, capacity, demand, msg.waiting)
                 self.metrics.set_voices(handle.id, msg.voices)
@@ -359,6 +360,7 @@ class WorkerPool:
             return
         score = self.balancer.score(handle.id)
         self.metrics.set_worker(handle.id, len(handle.streams), len(handle.waiting), score)
+        self.metrics.headroom.set(self.balancer.headroom())
 
     # --- engine swaps ----------------------------------------------------------------------
 
@@ -384,9 +386,12 @@ class WorkerPool:
 
     def pick(self, voice: str | None) -> tuple[int, int]:
         """The worker the balancer routes a new stream of ``voice`` to, and its load counting
-        that stream (raises ``NoWorkerAvailable``). The pool is the balancer's one user for a
-        stream's life: it picks here, ``submit`` dispatches, the worker's last message releases."""
-        wid = self.balancer.pick(voice)
+        that stream (raises ``NoWorkerAvailable``, or ``NoHeadroom`` when every worker is
+        full). The pool is the balancer's one user for a stream's life: it picks here,
+        ``submit`` dispatches, the worker's last message releases."""
+        wid = self.balancer.pick(voice)  # NoHeadroom: every worker full, none touched
+        if self.metrics is not None:
+            self.metrics.headroom.set(self.balancer.headroom())
         return wid, self.balancer.load_of(wid)
 
     def serving(self, voice: str) -> tuple[list[str], list[int]]:

@@ -47,6 +47,9 @@ class FrameCall:
     engines: EngineSet | None = None
     """The engines to run it on when not the stream's own: a run of a script in another voice
     (SSML's ``voice``)."""
+    window: int = 0
+    """For a flow call: the frames of the vocoder window it feeds, which comes next (0: not
+    said). The scheduler prices the stream's next chunk with it (``worker.costs``)."""
 
 
 T = TypeVar("T")

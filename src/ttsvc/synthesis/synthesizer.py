@@ -50,8 +50,18 @@ ESTIMATE_MARGIN = 1.5
 measured, so the audio cap refuses up front (a clean 422) rather than cutting a stream later."""
 
 FLOW_CHUNK = 256
-"""Least frames the flow advances by after a sentence's first window: its context overhead stays
-small, and one step stays short enough not to hold up other streams on the worker."""
+"""Most frames the flow runs ahead of the window it feeds: its context overhead stays small, and
+one step stays short enough not to hold up other streams on the worker."""
+
+
+def flow_ahead(end: int) -> int:
+    """Frames the flow may run ahead of a window ending at frame ``end``: as many as the
+    sentence has played up to it, at most ``FLOW_CHUNK``. The second window of a sentence
+    follows a first chunk of 4-16 frames (46-186 ms of audio); a flow call that jumped 256
+    frames there cost 33-60 ms with its window, longer than that audio lasts, and the stream
+    ran dry (issue 37). Growing with the audio, the flow's run-ahead doubles from window to
+    window and reaches ``FLOW_CHUNK`` within a few."""
+    return min(FLOW_CHUNK, max(1, end))
 
 T = TypeVar("T")
 
@@ -359,7 +369,7 @@ class Synthesizer:
         Each vocoder window reads decoder frames with its own context on each side. Those frames
         come from the flow, run just far enough ahead (with the flow's own context) and kept, so
         each frame goes through the flow once: the first time only as far as the first window
-        needs, later in chunks of at least ``FLOW_CHUNK`` frames.
+        needs, later as far ahead as ``flow_ahead`` lets it (up to ``FLOW_CHUNK`` frames).
 
         The engine runs are yielded rather than made here so that a GPU scheduler can batch the
         same call of several streams (``worker.batching``); ``drive`` runs them one by one.
@@ -378,13 +388,14 @@ class Synthesizer:
         for start, end in self.plan(total, schedule, budget):
             need = min(total, end + vctx.right)
             if flow is not None and fctx is not None and done < need:
-                chunk = FLOW_CHUNK
+                chunk = flow_ahead(end)
                 allowed = budget() if budget is not None and self.flow_cost_s > 0 else None
                 if allowed is not None:
                     chunk = min(chunk, int(allowed / self.flow_cost_s) - fctx.left - fctx.right)
                 target = need if done == 0 else min(total, max(need, done + chunk))
                 lo, hi = max(0, done - fctx.left), min(total, target + fctx.right)
-                out = yield FrameCall("flow", latents[:, :, lo:hi], speaker=speaker)
+                out = yield FrameCall("flow", latents[:, :, lo:hi], speaker=speaker,
+                                      window=end - start)  # fmt: skip
                 assert isinstance(out, np.ndarray)
                 piece = out[:, :, done - lo : target - lo]
                 if frames is None:
@@ -427,14 +438,15 @@ class Synthesizer:
             need = min(total, end + vflush)
             if flow is not None and done < need:
                 assert isinstance(flow, StreamingEngine)
-                chunk = FLOW_CHUNK
+                chunk = flow_ahead(end)
                 allowed = budget() if budget is not None and self.flow_cost_s > 0 else None
                 if allowed is not None:
                     chunk = min(chunk, int(allowed / self.flow_cost_s))
                 target = need if done == 0 else min(total, max(need, done + chunk))
                 fed = min(total + flow.lag, target + flow.lag)  # flow input frames wanted
                 piece = _padded(latents, fcarry.position, fed)
-                out = yield FrameCall("flow", piece, speaker=speaker, carry=fcarry)
+                out = yield FrameCall("flow", piece, speaker=speaker, carry=fcarry,
+                                      window=end - start)  # fmt: skip
                 assert isinstance(out, np.ndarray)
                 first = fcarry.position - piece.shape[-1] - flow.lag  # sentence frame of out[0]
                 lo, hi = max(0, first), min(total, first + out.shape[-1])

@@ -101,8 +101,10 @@ def chunk_cost(stream: ActiveStream, first_chunk_s: float) -> float:
         return first_chunk_s
     if call.stage == "acoustic":
         return int(call.inputs.shape[1]) * synth.acoustic_cost_s + flow + window
-    if call.stage == "flow":
-        return call_cost(stream, first_chunk_s) + window
+    if call.stage == "flow":  # the window it feeds, as the synthesizer sized it
+        frames = call.window or first
+        return (call_cost(stream, first_chunk_s) + synth.vocoder_call_s
+                + (frames + vctx.left + vctx.right) * synth.vocoder_cost_s)  # fmt: skip
     return call_cost(stream, first_chunk_s)
 
 

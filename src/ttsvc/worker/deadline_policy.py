@@ -70,7 +70,7 @@ class DeadlinePolicy:
         self,
         synth: Synthesizer,
         threads: int = 1,
-        load_limit: float = 0.9,
+        load_limit: float = 0.75,
         per_thread: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         first_audio_s: float = FIRST_AUDIO_S,

@@ -18,7 +18,7 @@ class ComputePlan:
     """Compute threads over the process's one deadline queue (``deadline`` scheduler)."""
     scheduler: str = "deadline"
     """``deadline`` (``worker.deadline``) or ``legacy`` (``worker.compute``: one thread)."""
-    load_limit: float = 0.9
+    load_limit: float = 0.75
     """Share of the measured real-time capacity admitted streams may demand."""
     step_floor_s: float = 0.05
     """The shortest bound the deadline scheduler puts on a step."""

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gateway.core.conftest import MAX_TEXT, SLOTS, Core, order
+from tests.gateway.core.conftest import MAX_TEXT, SLOTS, VOICE, Core, order
 from ttsvc.errors import (
     Busy,
     Draining,
     EngineError,
     InvalidParameter,
     KeyStreamsExceeded,
+    NoHeadroom,
     NothingToSay,
     NoWorkerAvailable,
     RateLimited,
@@ -27,6 +28,7 @@ from ttsvc.gateway.core.admission import Admitted, admit
 from ttsvc.gateway.core.caller import Caller
 from ttsvc.gateway.core.order import SpeechOrder
 from ttsvc.gateway.core.quotas import Quota
+from ttsvc.protocol import Heartbeat
 
 TOO_LONG = "x" * (MAX_TEXT + 1)
 
@@ -171,6 +173,26 @@ def test_a_key_s_ticket_is_refunded_when_the_slots_are_busy(core: Core) -> None:
     core.state.inflight = 0
     admitted = admit_on_loop(core, order(), Caller(key=key))  # not RateLimited: refunded
     assert admitted.ticket is not None and core.state.limiter.streams("alice") == 1
+
+
+def test_no_worker_with_headroom_is_a_429_no_worker_sees_and_the_key_gets_back(
+    core: Core,
+) -> None:
+    core.ready()  # capacity 3.0 on 1 thread: room 2.7 audio-s/s
+    key = core.keyed(Quota(requests_per_minute=1, streams=2))
+    core.say(Heartbeat(0, qsize=2, capacity=3.0, demand=2.0, voices=(VOICE,)))  # 2 + 1 > 2.7
+    before = core.state.balancer.snapshot()
+    error = refusal(core, order(), Caller(key=key))
+    assert isinstance(error, NoHeadroom)
+    assert (error.status, error.type) == (429, "no_headroom")
+    assert int(error.headers()["Retry-After"]) >= 1
+    assert core.sent() == [] and core.state.balancer.snapshot() == before  # no worker touched
+    assert core.state.limiter.streams("alice") == 0  # the service refused, not the key
+    assert core.value("ttsvc_headroom_ratio") is not None
+    core.say(Heartbeat(0, qsize=1, capacity=3.0, demand=1.0, voices=(VOICE,)))  # one ended
+    admitted = admit_on_loop(core, order(), Caller(key=key))  # not RateLimited: refunded
+    assert admitted.wid == 0 and admitted.ticket is not None
+    admitted.encoder.close()
 
 
 def test_a_key_s_ticket_is_refunded_when_no_worker_is_live(core: Core) -> None:

@@ -119,8 +119,9 @@ def _add_public(app: FastAPI, state: GatewayState) -> None:
             return JSONResponse({"status": "no_verified_engine", "score": 0.0}, status_code=503)
         if pool is None or balancer is None or not balancer.live_workers():
             return JSONResponse({"status": "no_ready_worker", "score": 0.0}, status_code=503)
+        # the score is the real-time headroom left (0-1): a pod at 0 refuses new streams
         return JSONResponse(
-            {"status": "ok", "score": round(balancer.pool_score(), 2), "inflight": state.inflight}
+            {"status": "ok", "score": round(balancer.headroom(), 3), "inflight": state.inflight}
         )
 
 

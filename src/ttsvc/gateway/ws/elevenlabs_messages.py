@@ -61,6 +61,8 @@ def error_message(exc: TTSError, context_id: str | None) -> dict[str, object]:
     message: dict[str, object] = {"error": exc.message, "type": exc.type}
     if exc.field is not None:
         message["field"] = exc.field
+    if (wait := exc.headers().get("Retry-After")) is not None:  # HTTP's header, as a field
+        message["retry_after"] = int(wait)
     if context_id is not None:
         message["contextId"] = context_id
     return message

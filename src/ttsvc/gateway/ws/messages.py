@@ -95,6 +95,8 @@ def error_message(exc: TTSError, sentence: int | None = None) -> dict[str, objec
                                   "status": exc.status}  # fmt: skip
     if exc.field is not None:
         message["field"] = exc.field
+    if (wait := exc.headers().get("Retry-After")) is not None:  # HTTP's header, as a field
+        message["retry_after"] = int(wait)
     if sentence is not None:
         message["sentence"] = sentence
     return message
