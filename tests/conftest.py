@@ -41,16 +41,15 @@ own hold, and must not queue behind a measuring test that waits for that very ho
 
 @contextlib.contextmanager
 def machine(factory: pytest.TempPathFactory, *, quiet: bool) -> Iterator[None]:
-    """Hold the run's machine lock: shared for every test (taken around each one by
-    ``pytest_runtest_protocol`` below) and for a compile, exclusive (``quiet``) for a test that
-    measures real time, so that nothing else in the run computes while it measures: under
-    pytest-xdist the other worker's servers would take half the cores the test says it has, and
-    its streams would run dry by chance (CI went red so).
+    """Hold the run's machine lock: shared for every test (taken around each one by the hooks
+    below) and for a compile, exclusive (``quiet``) for the call of a test that measures real
+    time (marked ``realtime``), so that nothing else in the run computes while it measures:
+    under pytest-xdist the other worker's tests, or a server it starts, would take half the
+    cores the test says it has, and its streams would run dry by chance (CI went red so).
 
     A turnstile gives the exclusive side precedence: a measuring test holds it while it waits,
     so the other worker's next test waits behind it instead of starving it (``flock`` grants a
-    shared request while an exclusive one waits). Taken around the work itself, never around the
-    fixtures a measuring test waits for (one may compile under the shared lock)."""
+    shared request while an exclusive one waits)."""
     run = _run_dir(factory)
     if not quiet and _SHARED_HELD[0]:
         _SHARED_HELD[0] += 1  # already shared by this process: a nested hold takes nothing
@@ -73,14 +72,44 @@ def machine(factory: pytest.TempPathFactory, *, quiet: bool) -> Iterator[None]:
             _SHARED_HELD[0] -= 1
 
 
+def _measures(item: pytest.Item) -> bool:
+    return item.get_closest_marker("realtime") is not None
+
+
+def _hold(item: pytest.Item, *, quiet: bool) -> contextlib.AbstractContextManager[None]:
+    """The machine lock for one phase of a ``realtime`` test (nothing for any other test)."""
+    if not _measures(item):
+        return contextlib.nullcontext()
+    return machine(item.config._tmp_path_factory, quiet=quiet)  # type: ignore[attr-defined]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    """Every test but those that measure real time (the ``quiet`` fixture's) runs, setup to
-    teardown, under the machine lock's shared side: see ``machine``."""
-    if "quiet" in getattr(item, "fixturenames", ()):
+    """Every test runs, setup to teardown, under the machine lock's shared side (see
+    ``machine``); one marked ``realtime`` holds it around its setup and teardown only (a server
+    starting computes as much as any test), and around its call, exclusively."""
+    if _measures(item):
         yield
         return
     with machine(item.config._tmp_path_factory, quiet=False):  # type: ignore[attr-defined]
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _hold(item, quiet=False):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with _hold(item, quiet=True):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    with _hold(item, quiet=False):
         yield
 
 

@@ -26,7 +26,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import machine
 from tests.gateway.serving import Server
 from ttsvc.repository.layout import EngineVersion
 
@@ -170,16 +169,7 @@ def call_together(url: str, callers: int, calls: int,
         raise failed[0]
 
 
-@pytest.fixture
-def quiet(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The machine to this test while it measures (the server is up first: its engines may have
-    been compiled under the shared lock): no compile runs beside it in the other xdist worker,
-    which would leave its callers half the cores the test says they have."""
-    with machine(tmp_path_factory, quiet=True):
-        yield
-
-
-@pytest.mark.usefixtures("quiet")
+@pytest.mark.realtime
 def test_realtime_callers_under_capacity_never_stall(server: Server) -> None:
     callers = int(os.environ.get("TTSVC_TEST_REALTIME_CALLERS", CALLERS))
     answers: list[list[Heard]] = [[] for _ in range(callers)]
@@ -237,7 +227,7 @@ def ask_or_refused(client: httpx.Client, text: str) -> tuple[Heard, float]:
     return heard, float(heard.refusal["retry_after"])
 
 
-@pytest.mark.usefixtures("quiet")
+@pytest.mark.realtime
 def test_under_overload_the_excess_is_refused_and_admitted_streams_never_stall(
     refusing: Server,
 ) -> None:
