@@ -58,6 +58,7 @@ from seed_bench import (
     deadline_counters,
     make_systems,
     serving,
+    systems_record,
     versions,
     warm_up,
 )
@@ -305,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json(args.json, {
         "date": utc_timestamp(), "machine": info, "argv": sys.argv[1:],
         "elapsed_s": time.perf_counter() - started, "notes": notes,
-        "systems": {s.name: s.command(engines_dir) for s in systems}, "levels": rows,
+        "systems": systems_record(systems, engines_dir), "levels": rows,
     })  # fmt: skip
     write_raw(args.json, [vars(r) for run in runs for r in run.records])
     return 0

@@ -706,6 +706,14 @@ def versions() -> dict[str, str]:
     return out
 
 
+def systems_record(systems: Sequence[System], engines_dir: Path) -> list[dict[str, Any]]:
+    """Each system's flags (paths repository-relative: no machine's layout is committed), its
+    start-up time and its log."""
+    return [{"name": s.name, "argv": [relative(Path(a)) if "/" in a else a
+                                      for a in s.command(engines_dir)[1:]],
+             "ready_s": s.ready_s, "log": relative(s.log)} for s in systems]  # fmt: skip
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
     """Flags; the defaults finish in about 10 minutes on a 2-core machine."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -836,9 +844,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "elapsed_s": elapsed,
         "settings": {k: (relative(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "slo": {"ttfa_p99_ms": SLO_TTFA_P99_MS, "max_error_share": SLO_MAX_ERROR_SHARE},
-        "systems": [{"name": s.name, "argv": [relative(Path(a)) if "/" in a else a
-                                              for a in s.command(engines_dir)[1:]],
-                     "ready_s": s.ready_s, "log": relative(s.log)} for s in systems],
+        "systems": systems_record(systems, engines_dir),
         "skipped": notes,
         "headline": heads,
         "targets": verdicts(ours) if ours else [],
