@@ -6,28 +6,32 @@ request per sentence: LiveKit's ``openai.TTS`` is not a streaming class, so an a
 in over ElevenLabs' ``multi-stream-input`` WebSocket). What an agent's user hears is how soon the
 first sentence sounds once the LLM has written it, through the framework's own class, its
 sentence splitting and buffering included; ``agents_bench.py`` times ttsvc's APIs with plain
-clients, this times the four classes, on one server, in one run.
+clients, this times the six classes, on one server, in one run.
 
 One ``ttsvc serve`` (default workers) on loopback. Each class is held open for the whole run, as
 an agent's session holds it: LiveKit's ``elevenlabs.TTS`` and ``openai.TTS`` (behind the
 ``StreamAdapter`` and blingfire sentence tokenizer ``AgentSession`` puts in front of a
-non-streaming TTS), each turn one ``stream()``; Pipecat's ``ElevenLabsTTSService`` and
-``OpenAITTSService``, each in a running pipeline ``[stamp, tts, probe]``, each turn
+non-streaming TTS), each turn one ``stream()``; Pipecat's ``ElevenLabsTTSService``,
+``ElevenLabsHttpTTSService``, ``OpenAITTSService`` and ``PiperHttpTTSService`` (Piper's own
+protocol, ``/synthesize``), each in a running pipeline ``[stamp, tts, probe]``, each turn
 ``LLMFullResponseStartFrame``, the tokens as ``LLMTextFrame``s, ``LLMFullResponseEndFrame``. Each
 round runs one turn through every class, in an order that rotates from round to round; a turn
 ends when its last audio is out (Pipecat: the ``LLMFullResponseEndFrame``, which the TTS holds
 behind the turn's audio), so turns never overlap.
 
 The clock: the reply (several sentences) is pushed token by token (words with their leading
-space, back to back, as from an LLM faster than speech). It starts once the token that ends the
-first sentence (its full stop or question mark) has been handed to the class (LiveKit:
-``push_text`` returned; Pipecat: the frame pushed on to the TTS processor) and stops at the
-first audio frame the class gives out (LiveKit: the first ``SynthesizedAudio``; Pipecat: the
-first ``TTSAudioRawFrame`` after the TTS). The next tokens follow at once, so a class that waits
-for text after a sentence's end to know it ended loses nothing to that here. All four get PCM at
-24 kHz (``pcm_24000``; OpenAI's ``pcm``), so no class decodes a compressed format; the voice is
-the served default (OpenAI's ``alloy`` maps to it). "Last audio" is the turn's last audio frame
-on the same clock. The clock is this process's: the frameworks' own tasks, queues, sentence
+space), a token every ``--token-ms`` (25 ms: an LLM writing 40 tokens a second, faster than
+speech). It starts once the token that ends the first sentence (its full stop or question mark)
+has been handed to the class (LiveKit: ``push_text`` returned; Pipecat: the frame pushed on to
+the TTS processor) and stops at the first audio frame the class gives out (LiveKit: the first
+``SynthesizedAudio``; Pipecat: the first ``TTSAudioRawFrame`` after the TTS). The next tokens
+follow at the LLM's pace, so a class (or a server) that holds a finished sentence until more
+text arrives shows that wait here: Pipecat's ``ElevenLabsTTSService`` sends whole sentences with
+``auto_mode=true`` and no flush, and once waited for the second sentence's text (issue 38). The
+ElevenLabs and OpenAI classes get PCM at 24 kHz (``pcm_24000``; OpenAI's ``pcm``), so no class
+decodes a compressed format; Piper's protocol answers WAV at the voice's rate; the voice is the
+served default (OpenAI's ``alloy`` maps to it). "Last audio" is the turn's last audio frame on
+the same clock. The clock is this process's: the frameworks' own tasks, queues, sentence
 splitters and WebSocket or HTTP clients are in the figures, as an agent would have them.
 
 A benchmark, not a test: it prints a markdown table and never fails on a number. Run from the
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import statistics
 import sys
@@ -77,7 +82,9 @@ CLASSES = (
     ("LiveKit", "elevenlabs.TTS"),
     ("LiveKit", "openai.TTS"),
     ("Pipecat", "ElevenLabsTTSService"),
+    ("Pipecat", "ElevenLabsHttpTTSService"),
     ("Pipecat", "OpenAITTSService"),
+    ("Pipecat", "PiperHttpTTSService"),
 )
 RATE = 24000
 """Every class's output rate: OpenAI's ``pcm`` is 24 kHz, ElevenLabs' is chosen to match."""
@@ -139,14 +146,17 @@ def first_sentence_end(pieces: list[str]) -> int:
 # --------------------------------------------------------------------------- LiveKit
 
 
-async def livekit_turn(tts: Any, text: str) -> Sample:
-    """One reply through a LiveKit streaming TTS (``stream()``), as ``AgentSession`` feeds it."""
+async def livekit_turn(tts: Any, text: str, token_s: float) -> Sample:
+    """One reply through a LiveKit streaming TTS (``stream()``), as ``AgentSession`` feeds it,
+    a token every ``token_s``."""
     pieces = tokens(text)
     end = first_sentence_end(pieces)
     clock = Clock()
     stream = tts.stream()
     try:
         for i, piece in enumerate(pieces):
+            if i and token_s:
+                await asyncio.sleep(token_s)  # the LLM writing the next token
             stream.push_text(piece)
             if i == end:
                 clock.start()
@@ -255,7 +265,8 @@ class PipecatSession:
         self.running = asyncio.create_task(runner.run())
         await asyncio.wait_for(self.started.wait(), READ_TIMEOUT_S)
 
-    async def turn(self, text: str) -> Sample:
+    async def turn(self, text: str, token_s: float) -> Sample:
+        """One reply, a token every ``token_s``, to the end of its audio."""
         from pipecat.frames.frames import (  # noqa: PLC0415
             LLMFullResponseEndFrame,
             LLMFullResponseStartFrame,
@@ -266,8 +277,12 @@ class PipecatSession:
         self.clock = Clock()
         self.watched = pieces[first_sentence_end([p.text for p in pieces])]
         self.turn_over.clear()
-        for frame in [LLMFullResponseStartFrame(), *pieces, LLMFullResponseEndFrame()]:
+        await self.worker.queue_frame(LLMFullResponseStartFrame())
+        for i, frame in enumerate(pieces):
+            if i and token_s:
+                await asyncio.sleep(token_s)  # the LLM writing the next token
             await self.worker.queue_frame(frame)
+        await self.worker.queue_frame(LLMFullResponseEndFrame())
         await asyncio.wait_for(self.turn_over.wait(), READ_TIMEOUT_S)
         return self.clock.sample()
 
@@ -280,44 +295,56 @@ class PipecatSession:
 
 
 async def pipecat_classes(stack: AsyncExitStack, server: Server, voice: str) -> dict[str, Any]:
-    """Pipecat's two classes, each in its running pipeline, until ``stack`` closes."""
+    """Pipecat's four classes, each in its running pipeline, until ``stack`` closes."""
+    import aiohttp  # noqa: PLC0415
     from openai import DefaultAsyncHttpxClient  # noqa: PLC0415
-    from pipecat.services.elevenlabs.tts import ElevenLabsTTSService  # noqa: PLC0415
+    from pipecat.services.elevenlabs.tts import (  # noqa: PLC0415
+        ElevenLabsHttpTTSService,
+        ElevenLabsTTSService,
+    )
     from pipecat.services.openai.tts import OpenAITTSService  # noqa: PLC0415
+    from pipecat.services.piper.tts import PiperHttpTTSService  # noqa: PLC0415
 
     http = DefaultAsyncHttpxClient()  # the SDK's client, held open: keep-alive between turns
     stack.push_async_callback(http.aclose)
+    session = await stack.enter_async_context(aiohttp.ClientSession())
     services = {
         "ElevenLabsTTSService": ElevenLabsTTSService(
             api_key="unused", url=server.base_url.replace("http://", "ws://"),
             settings=ElevenLabsTTSService.Settings(voice=voice)),
+        "ElevenLabsHttpTTSService": ElevenLabsHttpTTSService(
+            api_key="unused", base_url=server.base_url, aiohttp_session=session,
+            settings=ElevenLabsHttpTTSService.Settings(voice=voice)),
         "OpenAITTSService": OpenAITTSService(
             api_key="unused", base_url=f"{server.base_url}/v1", http_client=http),
+        "PiperHttpTTSService": PiperHttpTTSService(
+            base_url=f"{server.base_url}/synthesize", aiohttp_session=session,
+            settings=PiperHttpTTSService.Settings(voice=voice)),
     }  # fmt: skip
     sessions = {}
     for name, service in services.items():
-        session = PipecatSession(service)
-        stack.push_async_callback(session.close)
-        await session.open()
-        sessions[name] = session
+        pipeline = PipecatSession(service)
+        stack.push_async_callback(pipeline.close)
+        await pipeline.open()
+        sessions[name] = pipeline
     return sessions
 
 
 # --------------------------------------------------------------------------- the run
 
 
-async def measure(server: Server, voice: str, text: str, rounds: int,
-                  warmup: int) -> dict[tuple[str, str], list[Sample]]:  # fmt: skip
+async def measure(server: Server, voice: str, text: str, rounds: int, warmup: int,
+                  token_s: float) -> dict[tuple[str, str], list[Sample]]:  # fmt: skip
     found: dict[tuple[str, str], list[Sample]] = {kind: [] for kind in CLASSES}
     async with AsyncExitStack() as stack:
         livekit = await livekit_classes(stack, server, voice)
         pipecat = await pipecat_classes(stack, server, voice)
         run: dict[tuple[str, str], Callable[[], Awaitable[Sample]]] = {
-            ("LiveKit", "elevenlabs.TTS"): lambda: livekit_turn(livekit["elevenlabs.TTS"], text),
-            ("LiveKit", "openai.TTS"): lambda: livekit_turn(livekit["openai.TTS"], text),
-            ("Pipecat", "ElevenLabsTTSService"): lambda: pipecat["ElevenLabsTTSService"].turn(text),
-            ("Pipecat", "OpenAITTSService"): lambda: pipecat["OpenAITTSService"].turn(text),
-        }
+            (framework, name): functools.partial(
+                livekit_turn, livekit[name], text, token_s) if framework == "LiveKit"
+            else functools.partial(pipecat[name].turn, text, token_s)
+            for framework, name in CLASSES
+        }  # fmt: skip
         kinds = list(CLASSES)
         for i in range(warmup + rounds):
             shift = i % len(kinds)
@@ -403,6 +430,13 @@ def main() -> int:
         "lines, agents_bench.py's long reply)",
     )
     parser.add_argument(
+        "--token-ms",
+        type=float,
+        default=25.0,
+        help="the LLM's pace: milliseconds between tokens (default 25: 40 tokens a second; "
+        "0: all at once)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=RESULTS / "agent_plugins_bench.json",
@@ -423,7 +457,8 @@ def main() -> int:
         workers = server.worker_count()
         with httpx.Client(base_url=server.base_url, timeout=30, trust_env=False) as client:
             voice = client.get("/voices").json()["voices"][0]["name"]  # the default comes first
-        found = asyncio.run(measure(server, voice, text, args.rounds, args.warmup))
+        found = asyncio.run(measure(server, voice, text, args.rounds, args.warmup,
+                                    args.token_ms / 1000))  # fmt: skip
     finally:
         code = server.stop()
     load_after = os.getloadavg()
@@ -438,7 +473,8 @@ def main() -> int:
     header = (
         f"From the end of the first sentence's text (its last token handed to the class) to "
         f"the first and the last audio frame out of it, {args.rounds} rounds after "
-        f"{args.warmup} warm-up, {workers} worker(s), pcm at {RATE} Hz, voice {voice}; "
+        f"{args.warmup} warm-up, {workers} worker(s), pcm at {RATE} Hz, voice {voice}, a "
+        f"token every {args.token_ms:g} ms; "
         f"{machine['cpu_model']}, {machine['cpu_count']} CPUs; load average "
         f"{load_before[0]:.2f} before, {load_after[0]:.2f} after.\n\n"
         f"- reply ({len(text)} characters, token by token): {text!r}\n"
@@ -450,7 +486,8 @@ def main() -> int:
         "benchmark": "agent_plugins_bench",
         "timestamp": utc_timestamp(),
         "machine": machine,
-        "args": {"rounds": args.rounds, "warmup": args.warmup, "workers": workers},
+        "args": {"rounds": args.rounds, "warmup": args.warmup, "workers": workers,
+                 "token_ms": args.token_ms},
         "text": text,
         "voice": voice,
         "load_average_1m": {"before": load_before[0], "after": load_after[0]},

@@ -54,28 +54,52 @@ from ttsvc.synthesis import Synthesizer  # noqa: E402
 from ttsvc.worker.costs import measure  # noqa: E402
 from ttsvc.worker.deadline import DeadlineScheduler  # noqa: E402
 from ttsvc.worker.deadline_policy import Live  # noqa: E402
+from ttsvc.worker.streams import Send  # noqa: E402
 
 POLICY = ("guard_s", "step_floor_s", "load_limit")
 """The scheduler's arguments a variant may set."""
 
 
 class Observed(DeadlineScheduler):
-    """The scheduler, unchanged, with when each stream was admitted and what each pick chose."""
+    """The scheduler, unchanged, with when each stream was admitted, what each pick chose, and
+    the CPU time its policy calls took (``pick``, ``admit``, ``budget``: the work done per step
+    under the one lock, which grows with the streams in hand)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.admitted_at: dict[str, float] = {}
         self.picks: Counter[str] = Counter()
+        self.policy_s: Counter[str] = Counter()
+        """CPU seconds in each policy call, summed (thread time: a thread descheduled by the
+        kernel on a busy machine does not count)."""
+        self.steps = 0
+        self.in_hand: list[int] = []
+        """Streams in hand at each step."""
 
     def admit(self) -> None:
+        started = time.thread_time()
         super().admit()
+        self.policy_s["admit"] += time.thread_time() - started
         now = time.perf_counter()
         for uid, stream in self.streams.items():
             if stream.admitted:
                 self.admitted_at.setdefault(uid, now)
 
+    def budget(self, stream: Live) -> float | None:
+        started = time.thread_time()
+        bound = super().budget(stream)
+        self.policy_s["budget"] += time.thread_time() - started
+        return bound
+
+    def step(self, stream: Live, send: Send) -> None:
+        self.steps += 1
+        self.in_hand.append(len(self.streams))
+        super().step(stream, send)
+
     def pick(self) -> Live | None:
+        started = time.thread_time()
         chosen = super().pick()
+        self.policy_s["pick"] += time.thread_time() - started
         if chosen is not None:
             waiting = any(s.first_sent_at is None and s is not chosen and s.admitted
                           and not s.running for s in self.streams.values())  # fmt: skip
@@ -160,7 +184,18 @@ def run_level(synth: Synthesizer, measured: tuple[float, float, float], threads:
         "admission_wait_ms": {q: pct(admission, q) for q in (50, 99)},
         "audio_s_per_s": audio / max(wall, 1e-9), "deadline_misses": sched.misses,
         "capacity": sched.capacity.value, "picks": dict(sched.picks),
+        "steps": sched.steps, "in_hand_p50": pct(sched.in_hand, 50),
+        "policy_us_per_step": {k: 1e6 * v / max(sched.steps, 1)
+                               for k, v in sched.policy_s.items()},
     }  # fmt: skip
+
+
+PARTS = ("pick", "admit", "budget")
+
+
+def policy_us(row: dict[str, Any]) -> float:
+    """CPU µs per step in the policy calls, all parts."""
+    return sum(row["policy_us_per_step"].get(k, 0.0) for k in PARTS)
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, float]]:
@@ -205,22 +240,25 @@ def main() -> int:
             rows.append({"variant": name, **row})
             print(f"{name:10s} {load:10s} n={row['requests']:4d} stalled "
                   f"{row['stalled_pct']:5.1f} % TTFA p50/p99 {fmt(row['ttfa_ms'][50], 0)}/"
-                  f"{fmt(row['ttfa_ms'][99], 0)} ms, {row['audio_s_per_s']:.1f} audio-s/s",
+                  f"{fmt(row['ttfa_ms'][99], 0)} ms, {row['audio_s_per_s']:.1f} audio-s/s, policy "
+                  f"{policy_us(row):.0f} µs/step at {fmt(row['in_hand_p50'], 0)} in hand",
                   flush=True)  # fmt: skip
 
     lines = ["| load | variant | requests | stalled % | TTFA p50 | p95 | p99 ms | admission wait "
              "p99 ms | audio-s/s | deadline misses | picks: guard / fresh / ahead | guard picks "
-             "with a fresh stream waiting |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]  # fmt: skip
+             "with a fresh stream waiting | in hand p50 | policy µs/step (pick / admit / budget) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]  # fmt: skip
     for r in sorted(rows, key=lambda r: (r["kind"], r["callers"])):
-        p = r["picks"]
+        p, u = r["picks"], r["policy_us_per_step"]
+        parts = " / ".join(f"{u.get(k, 0):.0f}" for k in PARTS)
         lines.append(
             f"| {r['kind']} {r['callers']} | {r['variant']} | {r['requests']} | "
             f"{r['stalled_pct']:.1f} | {fmt(r['ttfa_ms'][50], 0)} | {fmt(r['ttfa_ms'][95], 0)} | "
             f"{fmt(r['ttfa_ms'][99], 0)} | {fmt(r['admission_wait_ms'][99], 0)} | "
             f"{r['audio_s_per_s']:.1f} | {r['deadline_misses']} | {p.get('guard', 0)} / "
             f"{p.get('fresh', 0)} / {p.get('ahead', 0)} | "
-            f"{p.get('guard before a fresh one', 0)} |")  # fmt: skip
+            f"{p.get('guard before a fresh one', 0)} | {fmt(r['in_hand_p50'], 0)} | "
+            f"{policy_us(r):.0f} ({parts}) |")  # fmt: skip
     table = "\n".join(lines)
     print(table)
     flags = " ".join(f"--variant {n}={','.join(f'{k}={v}' for k, v in p.items())}"
