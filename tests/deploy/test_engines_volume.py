@@ -9,7 +9,7 @@ volume would be, with real files and renames, beside real ``ttsvc serve`` proces
   chart tells it to, swaps it in without a restart.
 * Per-pod volumes (the default): a new voice by name reaches the pod's volume through its
   ``voices`` sidecar when the voices ConfigMap changes (updated the way the kubelet updates a
-  ConfigMap mount: a new timestamped directory and one rename of ``..data``), and the running
+  ConfigMap mount: a new hidden directory and one rename of ``..data``), and the running
   service serves it without a restart.
 
 What it cannot show: the kubelet, the scheduler, a real ReadWriteMany filesystem (NFS's
@@ -33,6 +33,7 @@ import pytest
 from tests.deploy.test_chart import CHART, IMAGE_ENGINES, one, render, settings_configmap
 from tests.engine_files import VOICE, publish, variant
 from tests.gateway.serving import Server, engines_state, voices, wait_engines, wait_voices
+from tests.lifecycle.test_lexicons import configmap_update
 from tests.voice_mirror import TEST_VOICE, Mirror, mirror_files, serve_mirror
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 
@@ -55,6 +56,10 @@ def pod_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
 def named(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
     (found,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name]
     return found
+
+
+def encoded(configmap: dict[str, Any]) -> dict[str, bytes]:
+    return {key: text.encode() for key, text in configmap["data"].items()}
 
 
 def init_container(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
@@ -156,20 +161,6 @@ def test_a_version_published_into_a_shared_claim_reaches_every_replica(
     assert [(srv.proc.pid, srv.worker_pids()) for srv in replicas] == pids  # no restart
 
 
-def update_configmap(mount: Path, data: dict[str, str], generation: int) -> None:
-    """Write ``data`` as the kubelet writes a ConfigMap volume: the files in a new timestamped
-    directory, ``..data`` re-pointed by one rename, each key a link through ``..data``."""
-    stamp = mount / f"..2026_12_05_00_00_{generation:02d}.000000000"
-    stamp.mkdir()
-    for key, text in data.items():
-        (stamp / key).write_text(text)
-    (mount / "..data_tmp").symlink_to(stamp.name)
-    (mount / "..data_tmp").rename(mount / "..data")
-    for key in data:
-        if not (mount / key).is_symlink():
-            (mount / key).symlink_to(f"..data/{key}")
-
-
 def lines_until(stream: IO[str], wanted: str) -> list[str]:
     """Lines read from ``stream`` up to the first that holds ``wanted`` (blocking on each)."""
     seen = []
@@ -198,7 +189,7 @@ def test_a_voice_named_in_the_configmap_reaches_a_running_pod_without_a_restart(
     assert ttsvc(here(init_container(objects, "seed-engines")["args"], paths)).returncode == 0
     (volume_cm,) = [v for v in pod_of(objects)["volumes"] if v["name"] == "voices"]
     configmap_name = volume_cm["configMap"]["name"]
-    update_configmap(names, named(objects, configmap_name)["data"], 1)  # as installed: none
+    configmap_update(names, encoded(named(objects, configmap_name)), 1)  # as installed: none
     srv = serve(volume, {}, servers)
     pid, workers = srv.proc.pid, srv.worker_pids()
 
@@ -215,7 +206,7 @@ def test_a_voice_named_in_the_configmap_reaches_a_running_pod_without_a_restart(
             assert "lists no voice" in started[0]
             upgraded = render(chart, {"voices": {"pull": [TEST_VOICE]}})
             assert pod_of(upgraded) == pod_of(objects)  # the upgrade rolls no pod
-            update_configmap(names, named(upgraded, configmap_name)["data"], 2)
+            configmap_update(names, encoded(named(upgraded, configmap_name)), 2)
             pulled = "".join(lines_until(proc.stdout, "every voice listed is published"))
             assert f"lists {TEST_VOICE}" in pulled
             assert f"published {TEST_VOICE} version 1" in pulled
