@@ -52,7 +52,7 @@ def add_voices(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "sync", formatter_class=HelpFormatter,
         help="pull the voices a names file lists, again whenever it changes (a sidecar)",
     )  # fmt: skip
-    sync.add_argument("--names-file", type=Path, required=True,
+    sync.add_argument("names_file", type=Path, metavar="NAMES_FILE",
                       help="voice names, one a line; its directory is watched (a ConfigMap "
                            "mount's updates are a rename there)")  # fmt: skip
     sync.add_argument("--retry-s", type=float, default=60.0,
