@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -321,6 +322,30 @@ def test_the_restricted_check_can_fail(chart: helm.Chart) -> None:
         "ttsvc: privileged", "ttsvc: hostPort", "ttsvc: allowPrivilegeEscalation not false",
         "ttsvc: capabilities do not drop ALL", "ttsvc: capabilities add ['SYS_ADMIN']",
     ]  # fmt: skip
+
+
+def test_the_documented_publisher_pod_is_restricted_and_mounts_the_claim(
+    chart: helm.Chart,
+) -> None:
+    """docs/deploy.md's pod for publishing into a shared claim: valid for every supported
+    version, "restricted", and on the claim and path the chart gives release ``tts``."""
+    docs = (CHART.parents[1] / "docs" / "deploy.md").read_text()
+    block = re.search(r"```yaml\n\s*# publisher\.yaml\n(.*?)```", docs, re.S)
+    assert block is not None
+    pod = yaml.safe_load(textwrap.dedent(block.group(1)))
+    for version in SUPPORTED_KUBERNETES:
+        kubernetes_validate.validate(pod, version, strict=True)
+    assert restricted_violations(pod["spec"]) == []
+    out = chart.render({"engines": {"storage": "pvc"}}, name="tts", namespace="speech")
+    (claim,) = [d for d in yaml.safe_load_all(out["ttsvc/templates/engines-pvc.yaml"]) if d]
+    assert pod["metadata"]["namespace"] == "speech"
+    (volume,) = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    (mount,) = [m for m in pod["spec"]["containers"][0]["volumeMounts"]
+                if m["name"] == volume["name"]]  # fmt: skip
+    assert mount["mountPath"] == chart.values["engines"]["mountPath"]
+    assert pod["spec"]["securityContext"]["runAsUser"] == chart.values["securityContext"][
+        "runAsUser"]  # fmt: skip
 
 
 def test_default_install_needs_no_node_and_no_storage_class(chart: helm.Chart) -> None:
