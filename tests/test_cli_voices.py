@@ -249,3 +249,30 @@ def test_sync_skips_what_is_not_a_name_and_retries_a_failed_pull(tmp_path: Path)
     assert "'../escape' is not a voice name" in said and "; skipped" in said
     assert "127.0.0.1:9" in said  # the unreachable catalogue, named
     assert not root.exists() or list(root.iterdir()) == []
+
+
+def test_sync_pulls_the_listed_voices_a_name_the_catalogue_lacks_aside(
+    mirror: Mirror, tmp_path: Path
+) -> None:
+    """One name the catalogue does not have (a typo in the ConfigMap) is retried on its own:
+    the voices listed beside it are pulled all the same."""
+    names = tmp_path / "voices" / "pull"
+    names.parent.mkdir()
+    names.write_text(f"en_US-nobody-medium\n{TEST_VOICE}\n")
+    root = tmp_path / "engines"
+    environ = {k: v for k, v in os.environ.items() if k != "TTSVC_VOICES_URL"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ttsvc.cli", "voices", "sync", str(names), "--base-url",
+         mirror.base, "--engines-dir", str(root)],
+        cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        said = [proc.stdout.readline() for _ in range(3)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0
+    assert said[0].endswith(f"lists en_US-nobody-medium {TEST_VOICE}\n")
+    assert said[1].startswith(f"published {TEST_VOICE} version 1 at ")
+    assert said[2] == "ttsvc voices sync: retrying in 60 s\n"
+    assert EngineRepository(root).voices() == [TEST_VOICE]

@@ -168,7 +168,8 @@ def _sync(names_file: Path, base: str | None, retry_s: float, settings: Settings
             wanted = [n for n in names if name_problem(n) is None and repo.latest(n) is None]
             for bad in (n for n in names if name_problem(n) is not None):
                 print(f"ttsvc voices sync: {name_problem(bad)}; skipped", file=sys.stderr)
-            missing = bool(wanted) and pull_names(wanted, base, False, settings) != 0
+            # one name at a time: a name the catalogue lacks must not hold the others back
+            missing = any([pull_names([n], base, False, settings) != 0 for n in wanted])
             state = f"retrying in {retry_s:g} s" if missing else "every voice listed is published"
             print(f"ttsvc voices sync: {state}", flush=True)
         if next(changes, None) is None:
