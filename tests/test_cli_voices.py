@@ -6,6 +6,7 @@ The good pull compiles for real (10 to 30 s), once for the module.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -219,3 +220,59 @@ def test_list_available_skips_entries_whose_names_are_paths(
     (said,) = result.stderr.strip().splitlines()
     assert said.startswith(f"ttsvc voices: skipped {hostile.base}/voices.json: entry refused: ")
     assert said.endswith(" (and 1 more)")
+
+
+def test_sync_skips_what_is_not_a_name_and_retries_a_failed_pull(tmp_path: Path) -> None:
+    """``voices sync`` (the chart's per-pod sidecar): a line that is not a voice name is said
+    and skipped, a pull that fails (the catalogue unreachable) is tried again after
+    ``--retry-s`` without a change of the file, and SIGTERM ends it with 0."""
+    names = tmp_path / "voices" / "pull"
+    names.parent.mkdir()
+    names.write_text(f"# the voices ConfigMap\n../escape\n{TEST_VOICE}\n")
+    root = tmp_path / "engines"
+    environ = {k: v for k, v in os.environ.items() if k != "TTSVC_VOICES_URL"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ttsvc.cli", "voices", "sync", str(names), "--retry-s", "0.2",
+         "--base-url", "http://127.0.0.1:9", "--engines-dir", str(root)],
+        cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        listed = proc.stdout.readline()
+        assert listed == f"ttsvc voices sync: {names} lists ../escape {TEST_VOICE}\n"
+        retries = [proc.stdout.readline() for _ in range(2)]  # each after a failed pull
+        assert retries == ["ttsvc voices sync: retrying in 0.2 s\n"] * 2
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    said = proc.stderr.read()
+    assert "'../escape' is not a voice name" in said and "; skipped" in said
+    assert "127.0.0.1:9" in said  # the unreachable catalogue, named
+    assert not root.exists() or list(root.iterdir()) == []
+
+
+def test_sync_pulls_the_listed_voices_a_name_the_catalogue_lacks_aside(
+    mirror: Mirror, tmp_path: Path
+) -> None:
+    """One name the catalogue does not have (a typo in the ConfigMap) is retried on its own:
+    the voices listed beside it are pulled all the same."""
+    names = tmp_path / "voices" / "pull"
+    names.parent.mkdir()
+    names.write_text(f"en_US-nobody-medium\n{TEST_VOICE}\n")
+    root = tmp_path / "engines"
+    environ = {k: v for k, v in os.environ.items() if k != "TTSVC_VOICES_URL"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ttsvc.cli", "voices", "sync", str(names), "--base-url",
+         mirror.base, "--engines-dir", str(root)],
+        cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        said = [proc.stdout.readline() for _ in range(3)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0
+    assert said[0].endswith(f"lists en_US-nobody-medium {TEST_VOICE}\n")
+    assert said[1].startswith(f"published {TEST_VOICE} version 1 at ")
+    assert said[2] == "ttsvc voices sync: retrying in 60 s\n"
+    assert EngineRepository(root).voices() == [TEST_VOICE]

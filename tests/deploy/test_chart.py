@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ CUSTOM_RESOURCES = {
     ("keda.sh/v1alpha1", "ScaledObject"),
 }
 RELEASE, NAMESPACE = "speech", "tts"
+IMAGE_ENGINES = "/opt/ttsvc/engines"
+"""Where the cpu image holds its engines (the Dockerfile's TTSVC_ENGINES_DIR, which
+tests/deploy/test_image.py holds equal to the chart's engines.imagePath)."""
 FULLNAME = f"{RELEASE}-ttsvc"
 
 VALUES_SETS = {"defaults": {}} | {
@@ -102,8 +106,9 @@ def settings_from(data: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Sett
 
 
 def test_values_sets_cover_what_the_issue_asks() -> None:
-    assert {"defaults", "gpu", "autoscaling-metric", "servicemonitor",
-            "api-keys", "wyoming"} <= VALUES_SETS.keys()  # fmt: skip
+    assert {"defaults", "gpu", "autoscaling-metric", "servicemonitor", "api-keys", "wyoming",
+            "voices", "voices-per-pod", "hostpath",
+            "network-policy"} <= VALUES_SETS.keys()  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(VALUES_SETS))
@@ -151,16 +156,16 @@ def test_pod_contract(chart: helm.Chart, name: str) -> None:
 
     # the engines: a whole directory, read-only, where TTSVC_ENGINES_DIR points
     data = settings_configmap(objects)
-    engines = [m for m in c["volumeMounts"] if m["name"] == "engines"]
-    if VALUES_SETS[name].get("engines", {}).get("hostPath", {}).get("enabled", True):
-        (mount,) = engines
-        assert mount["readOnly"] is True
-        assert "subPath" not in mount and "subPathExpr" not in mount
-        assert mount["mountPath"] == data["TTSVC_ENGINES_DIR"]
-        (volume,) = [v for v in pod["volumes"] if v["name"] == "engines"]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "engines"]
+    assert mount["readOnly"] is True
+    assert "subPath" not in mount and "subPathExpr" not in mount
+    assert mount["mountPath"] == data["TTSVC_ENGINES_DIR"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "engines"]
+    storage = VALUES_SETS[name].get("engines", {}).get("storage", "perPod")
+    kind = {"perPod": "emptyDir", "pvc": "persistentVolumeClaim", "hostPath": "hostPath"}[storage]
+    assert kind in volume
+    if storage == "hostPath":
         assert volume["hostPath"]["type"] in ("Directory", "DirectoryOrCreate")
-    else:
-        assert engines == []
     assert data["TTSVC_COMPILE_DEFAULT_VOICE"] == "false"  # never write into the engines dir
     # the service binds loopback unless told: in a pod the Service, kubelet's probes and
     # Prometheus come from outside the container
@@ -176,13 +181,14 @@ def test_pod_contract(chart: helm.Chart, name: str) -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] > 0
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert c["securityContext"] == {
-        "runAsNonRoot": True,
-        "readOnlyRootFilesystem": True,
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    for each in [c, *pod.get("initContainers", [])]:
+        assert each["securityContext"] == {
+            "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
     assert pod["automountServiceAccountToken"] is False
 
     # SIGKILL must not come before the preStop sleep and the drain are over
@@ -195,6 +201,218 @@ def test_pod_contract(chart: helm.Chart, name: str) -> None:
     assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
         name: (port, name) for name, port in ports.items()
     }
+
+
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                      "persistentVolumeClaim", "projected", "secret"}  # fmt: skip
+"""The volume types Pod Security "restricted" allows (every other source, hostPath first)."""
+SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+                "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
+                "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
+                "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes"}  # fmt: skip
+SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+NEEDS_MORE_THAN_RESTRICTED = {
+    "gpu": "TensorRT plans from each node's directory (hostPath): Pod Security privileged",
+    "hostpath": "engines from each node's directory (hostPath): Pod Security privileged",
+}
+"""Examples that need more than "restricted", with the reason (each example's file says so too);
+each may break that profile's rules only by hostPath volumes."""
+
+
+def pod_specs(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every pod template the objects carry, named by its object."""
+    for obj in objects:
+        spec = obj.get("spec", {})
+        template = {
+            "Pod": obj,
+            "Deployment": spec.get("template"),
+            "StatefulSet": spec.get("template"),
+            "DaemonSet": spec.get("template"),
+            "ReplicaSet": spec.get("template"),
+            "Job": spec.get("template"),
+            "CronJob": spec.get("jobTemplate", {}).get("spec", {}).get("template"),
+        }.get(obj["kind"])
+        if template is not None:
+            yield f"{obj['kind']}/{obj['metadata']['name']}", template["spec"]
+
+
+def restricted_violations(pod: dict[str, Any]) -> list[str]:
+    """Where ``pod`` breaks Kubernetes' Pod Security Standards, "restricted" profile (which
+    includes "baseline"), as the admission controller judges it at its latest version."""
+    found: list[str] = []
+    psc = pod.get("securityContext", {})
+    containers = [*pod.get("initContainers", []), *pod.get("containers", []),
+                  *pod.get("ephemeralContainers", [])]  # fmt: skip
+    for host in ("hostNetwork", "hostPID", "hostIPC", "hostUsers"):
+        if pod.get(host) is (host != "hostUsers"):
+            found.append(f"{host}: {pod[host]}")
+    for volume in pod.get("volumes", []):
+        source = set(volume) - {"name"}
+        if not source <= RESTRICTED_VOLUMES:
+            found.append(f"volume {volume['name']}: {', '.join(sorted(source))}")
+    for sysctl in psc.get("sysctls", []):
+        if sysctl["name"] not in SAFE_SYSCTLS:
+            found.append(f"sysctl {sysctl['name']}")
+    if psc.get("runAsUser") == 0:
+        found.append("pod runAsUser 0")
+    if psc.get("seLinuxOptions", {}).get("type", "") not in SELINUX_TYPES:
+        found.append("pod seLinuxOptions.type")
+    if psc.get("appArmorProfile", {}).get("type", "RuntimeDefault") == "Unconfined":
+        found.append("pod appArmorProfile Unconfined")
+    pod_seccomp = psc.get("seccompProfile", {}).get("type")
+    for c in containers:
+        name, sc = c["name"], c.get("securityContext", {})
+        if sc.get("privileged"):
+            found.append(f"{name}: privileged")
+        if sc.get("windowsOptions", {}).get("hostProcess"):
+            found.append(f"{name}: hostProcess")
+        if any(p.get("hostPort") for p in c.get("ports", [])):
+            found.append(f"{name}: hostPort")
+        if sc.get("procMount", "Default") != "Default":
+            found.append(f"{name}: procMount")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{name}: allowPrivilegeEscalation not false")
+        if sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not True:
+            found.append(f"{name}: runAsNonRoot not true")
+        if sc.get("runAsUser") == 0:
+            found.append(f"{name}: runAsUser 0")
+        if sc.get("seccompProfile", {}).get("type", pod_seccomp) not in ("RuntimeDefault",
+                                                                        "Localhost"):
+            found.append(f"{name}: seccompProfile not RuntimeDefault or Localhost")  # fmt: skip
+        caps = sc.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            found.append(f"{name}: capabilities do not drop ALL")
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            found.append(f"{name}: capabilities add {caps['add']}")
+        if sc.get("appArmorProfile", {}).get("type") == "Unconfined":
+            found.append(f"{name}: appArmorProfile Unconfined")
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(VALUES_SETS))
+def test_every_pod_meets_pod_security_restricted(chart: helm.Chart, name: str) -> None:
+    """The default render and every example: each pod the chart makes (the Deployment's, the
+    voices Job's) passes "restricted", but for the hostPath of the examples that say so."""
+    pods = dict(pod_specs(render(chart, VALUES_SETS[name])))
+    assert "Deployment/" + FULLNAME in pods
+    allowed = r"volume engines: hostPath" if name in NEEDS_MORE_THAN_RESTRICTED else r"(?!)"
+    for where, pod in pods.items():
+        broken = [v for v in restricted_violations(pod) if not re.fullmatch(allowed, v)]
+        assert broken == [], f"{name}: {where}"
+    if name in NEEDS_MORE_THAN_RESTRICTED:
+        assert any(restricted_violations(pod) for pod in pods.values()), "no longer needs more"
+        text = (CHART / "ci" / f"{name}-values.yaml").read_text()
+        assert 'Pod Security "privileged"' in text  # the example says what it needs
+
+
+def test_the_restricted_check_can_fail(chart: helm.Chart) -> None:
+    """What "restricted" refuses is found: the checker is not a pass for everything."""
+    (pod,) = [p for _, p in pod_specs(render(chart, {}))]
+    assert restricted_violations(pod) == []
+    c = pod["containers"][0]
+    pod = pod | {"hostNetwork": True, "volumes": [*pod["volumes"], {"name": "x", "hostPath": {
+        "path": "/"}}], "containers": [c | {"securityContext": {"privileged": True,
+        "capabilities": {"add": ["SYS_ADMIN"]}}, "ports": [{"containerPort": 1, "hostPort": 1}]}],
+        "initContainers": [pod["initContainers"][0] | {"securityContext": {}}]}  # fmt: skip
+    assert restricted_violations(pod) == [
+        "hostNetwork: True", "volume x: hostPath",
+        "seed-engines: allowPrivilegeEscalation not false",
+        "seed-engines: capabilities do not drop ALL",
+        "ttsvc: privileged", "ttsvc: hostPort", "ttsvc: allowPrivilegeEscalation not false",
+        "ttsvc: capabilities do not drop ALL", "ttsvc: capabilities add ['SYS_ADMIN']",
+    ]  # fmt: skip
+
+
+def test_the_documented_publisher_pod_is_restricted_and_mounts_the_claim(
+    chart: helm.Chart,
+) -> None:
+    """docs/deploy.md's pod for publishing into a shared claim: valid for every supported
+    version, "restricted", and on the claim and path the chart gives release ``tts``."""
+    docs = (CHART.parents[1] / "docs" / "deploy.md").read_text()
+    block = re.search(r"```yaml\n\s*# publisher\.yaml\n(.*?)```", docs, re.S)
+    assert block is not None
+    pod = yaml.safe_load(textwrap.dedent(block.group(1)))
+    for version in SUPPORTED_KUBERNETES:
+        kubernetes_validate.validate(pod, version, strict=True)
+    assert restricted_violations(pod["spec"]) == []
+    out = chart.render({"engines": {"storage": "pvc"}}, name="tts", namespace="speech")
+    (claim,) = [d for d in yaml.safe_load_all(out["ttsvc/templates/engines-pvc.yaml"]) if d]
+    assert pod["metadata"]["namespace"] == "speech"
+    (volume,) = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    (mount,) = [m for m in pod["spec"]["containers"][0]["volumeMounts"]
+                if m["name"] == volume["name"]]  # fmt: skip
+    assert mount["mountPath"] == chart.values["engines"]["mountPath"]
+    assert pod["spec"]["securityContext"]["runAsUser"] == chart.values["securityContext"][
+        "runAsUser"]  # fmt: skip
+
+
+def test_default_install_needs_no_node_and_no_storage_class(chart: helm.Chart) -> None:
+    """The default render mounts no hostPath and claims no volume: the engines are a per-pod
+    emptyDir that an init container seeds from the image before the service starts."""
+    objects = render(chart, {})
+    assert "hostPath" not in json.dumps(objects)
+    assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "engines"]
+    assert set(volume) == {"name", "emptyDir"}
+    seed = pod["initContainers"][0]
+    assert seed["name"] == "seed-engines" and "restartPolicy" not in seed  # done before serving
+    engines_dir = settings_configmap(objects)["TTSVC_ENGINES_DIR"]
+    assert seed["args"] == seed_args(engines_dir)
+    (mount,) = seed["volumeMounts"]
+    assert mount == {"name": "engines", "mountPath": engines_dir}
+    assert seed["image"] == container(objects)["image"]
+    # the gpu image has no engines to seed with; a node's directory is not the pod's to fill
+    for values in (VALUES_SETS["gpu"], VALUES_SETS["hostpath"],
+                   {"engines": {"seedFromImage": False}}):  # fmt: skip
+        pod = one(render(chart, values), "Deployment")["spec"]["template"]["spec"]
+        assert "seed-engines" not in {c["name"] for c in pod.get("initContainers", [])}
+
+
+def seed_args(engines_dir: str) -> list[str]:
+    """The seed's command: the image's engines (the Dockerfile's TTSVC_ENGINES_DIR) copied in."""
+    return ["engines", "copy", IMAGE_ENGINES, "--engines-dir", engines_dir]
+
+
+def test_replicas_spread_over_nodes_then_zones_but_one_node_will_do(chart: helm.Chart) -> None:
+    objects = render(chart, {})
+    pod = one(objects, "Deployment")["spec"]["template"]
+    constraints = pod["spec"]["topologySpreadConstraints"]
+    assert [c["topologyKey"] for c in constraints] == ["kubernetes.io/hostname",
+                                                        "topology.kubernetes.io/zone"]  # fmt: skip
+    for c in constraints:
+        assert c["whenUnsatisfiable"] == "ScheduleAnyway"  # a preference: one node takes all
+        assert c["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        assert c["matchLabelKeys"] == ["pod-template-hash"]
+    own = {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+           "labelSelector": {"matchLabels": {"tier": "tts"}}}  # fmt: skip
+    pod = one(render(chart, {"topologySpreadConstraints": [own]}), "Deployment")["spec"]
+    assert pod["template"]["spec"]["topologySpreadConstraints"] == [own]
+    off = one(render(chart, {"topologySpreadConstraints": []}), "Deployment")["spec"]
+    assert "topologySpreadConstraints" not in off["template"]["spec"]
+
+
+def test_network_policy_lets_only_prometheus_reach_the_metrics_port(chart: helm.Chart) -> None:
+    assert not [o for o in render(chart, {}) if o["kind"] == "NetworkPolicy"]  # off by default
+    values = VALUES_SETS["network-policy"]
+    objects = render(chart, values)
+    policy = one(objects, "NetworkPolicy")
+    labels = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    rules = {tuple(p["port"] for p in r["ports"]): r.get("from") for r in
+             policy["spec"]["ingress"]}  # fmt: skip
+    ports = {p["name"] for p in container(objects)["ports"]}
+    assert {port for key in rules for port in key} == ports  # every port, by its name
+    assert rules[("http",)] == values["networkPolicy"]["apiFrom"]
+    # one peer carrying both selectors: Prometheus' pods in Prometheus' namespace, not either
+    assert rules[("metrics",)] == [values["networkPolicy"]["metrics"]]
+    wyoming = one(render(chart, values | {"ports": {"wyoming": 10200}}), "NetworkPolicy")
+    assert [p["port"] for p in wyoming["spec"]["ingress"][0]["ports"]] == ["http", "wyoming"]
+    anyone = one(render(chart, {"networkPolicy": {"enabled": True}}), "NetworkPolicy")
+    assert "from" not in anyone["spec"]["ingress"][0]  # the API as open as the Service
 
 
 @pytest.mark.parametrize(
@@ -378,7 +596,7 @@ def test_hpa_scales_on_a_metric_the_service_exports(chart: helm.Chart) -> None:
     objects = render(chart, VALUES_SETS["autoscaling-metric"])
     hpa = one(objects, "HorizontalPodAutoscaler")
     names = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
-    assert names and set(names) <= exported_metrics() | {"ttsvc_headroom_used"}
+    assert names == ["ttsvc_headroom_used"]  # real-time room in use, served by the adapter rules
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
                                              "name": FULLNAME}  # fmt: skip
     # the HPA owns the replica count
@@ -422,7 +640,8 @@ def test_keda_scaled_object(chart: helm.Chart) -> None:
     assert trigger["type"] == "prometheus"
     query = trigger["metadata"]["query"]
     assert f'namespace="{NAMESPACE}"' in query and f'service="{FULLNAME}"' in query
-    assert set(re.findall(r"ttsvc_[a-z_]+", query)) <= exported_metrics()
+    assert set(re.findall(r"ttsvc_[a-z_]+", query)) == {"ttsvc_headroom_ratio"}
+    assert "ttsvc_headroom_ratio" in exported_metrics()
     assert float(trigger["metadata"]["threshold"]) > 0
 
 
@@ -476,10 +695,15 @@ def test_dashboard_configmap_is_the_dashboard(chart: helm.Chart) -> None:
         ({"probes": {"readiness": {"periodSeconds": 0}}}, "/probes/readiness/periodSeconds"),
         ({"engines": {"hostPath": {"type": "File"}}}, "/engines/hostPath/type"),
         ({"engines": {"mountPath": "/tmp/engines"}}, "/engines/mountPath"),
-        (
-            {"gpu": {"enabled": True}, "engines": {"hostPath": {"enabled": False}}},
-            "/engines/hostPath/enabled",
-        ),
+        ({"engines": {"storage": "nfs"}}, "/engines/storage"),
+        ({"engines": {"hostPath": {"enabled": True}}}, "/engines/hostPath"),  # the old switch
+        ({"engines": {"pvc": {"accessModes": ["ReadWriteSometimes"]}}},
+         "/engines/pvc/accessModes/0"),
+        ({"gpu": {"enabled": True}}, "/engines/storage"),  # the gpu image ships no engines
+        ({"networkPolicy": {"metrics": {"podSelector": "prometheus"}}},
+         "/networkPolicy/metrics/podSelector"),
+        ({"topologySpreadConstraints": [{"topologyKey": "zone"}]},
+         "/topologySpreadConstraints/0"),
         ({"autoscaling": {"type": "memory"}}, "/autoscaling/type"),
         ({"autoscaling": {"metric": {"name": "up"}}}, "/autoscaling/metric/name"),
         ({"ports": {"http": 70000}}, "/ports/http"),
@@ -501,6 +725,8 @@ def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], fi
         ({"ports": {"http": 9000, "metrics": 9000}}, "ports.metrics must differ"),
         ({"ports": {"wyoming": 9000}}, "ports.wyoming must differ"),
         ({"autoscaling": {"minReplicas": 5, "maxReplicas": 4}}, "minReplicas must not exceed"),
+        ({"engines": {"mountPath": "/opt/ttsvc/engines"}}, "engines.mountPath must lie apart"),
+        ({"engines": {"mountPath": "/opt/ttsvc"}}, "engines.mountPath must lie apart"),
     ],
 )
 def test_template_refuses_what_the_schema_cannot(
@@ -512,25 +738,30 @@ def test_template_refuses_what_the_schema_cannot(
 
 
 def test_voices_pull_job_writes_into_the_deployments_engines_volume(chart: helm.Chart) -> None:
-    """``voices.pull`` set: a hook Job runs ``ttsvc voices pull`` on the Deployment's own engines
-    HostPath (writable there only), with the mirror's URL; its pod is not the Service's."""
+    """``voices.pull`` on a shared claim: a hook Job runs ``ttsvc voices pull`` on the
+    Deployment's own engines volume (writable there only), with the mirror's URL; its pod is
+    not the Service's."""
     objects = render(chart, VALUES_SETS["voices"])
     job = one(objects, "Job")
     assert job["metadata"]["name"] == f"{FULLNAME}-voices"
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
     pod = job["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    mount_path = VALUES_SETS["voices"].get("engines", {}).get("mountPath", "/opt/ttsvc/engines")
+    mount_path = settings_configmap(objects)["TTSVC_ENGINES_DIR"]
     assert c["args"] == ["voices", "pull", "en_GB-alba-medium", "de_DE-thorsten-high",
                          "--engines-dir", mount_path]  # fmt: skip
     assert c["image"] == container(objects)["image"]
     (mount,) = [m for m in c["volumeMounts"] if m["name"] == "engines"]
-    assert mount["mountPath"] == mount_path == settings_configmap(objects)["TTSVC_ENGINES_DIR"]
+    assert mount["mountPath"] == mount_path
     assert not mount.get("readOnly")
     deployment = one(objects, "Deployment")["spec"]["template"]["spec"]
     (served,) = [v for v in deployment["volumes"] if v["name"] == "engines"]
     (pulled,) = [v for v in pod["volumes"] if v["name"] == "engines"]
-    assert pulled == served
+    assert pulled == served == {"name": "engines", "persistentVolumeClaim": {
+        "claimName": one(objects, "PersistentVolumeClaim")["metadata"]["name"]}}  # fmt: skip
+    # the claim is writable by the service's user: fsGroup, in both pods
+    assert pod["securityContext"]["fsGroup"] == deployment["securityContext"]["fsGroup"] == (
+        deployment["securityContext"]["runAsGroup"])  # fmt: skip
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["TTSVC_VOICES_URL"] == VALUES_SETS["voices"]["voices"]["baseUrl"]
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
@@ -538,17 +769,71 @@ def test_voices_pull_job_writes_into_the_deployments_engines_volume(chart: helm.
     selector = one(objects, "Service")["spec"]["selector"]
     assert not selector.items() <= job["spec"]["template"]["metadata"]["labels"].items()
     assert "TTSVC_VOICES_URL" not in {
-        e["name"] for e in one(render(chart, {"voices": {"pull": ["x"]}}), "Job")["spec"][
+        e["name"] for e in one(render(chart, {"voices": {"pull": ["x"]},
+                                              "engines": {"storage": "pvc"}}), "Job")["spec"][
             "template"]["spec"]["containers"][0]["env"]
-    }
+    }  # fmt: skip
+
+
+def test_shared_claim_is_read_write_many_and_polled(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One claim for every replica (pods on several nodes: ReadWriteMany), its class chosen or
+    the cluster's default; the service polls it (NFS-like filesystems send no events of other
+    nodes' writes), unless told otherwise; an existing claim is used as it is."""
+    objects = render(chart, VALUES_SETS["voices"])
+    claim = one(objects, "PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert claim["spec"]["storageClassName"] == "nfs-client"
+    assert settings_from(settings_configmap(objects), monkeypatch).watch_polling is True
+    default_class = one(render(chart, {"engines": {"storage": "pvc"}}), "PersistentVolumeClaim")
+    assert "storageClassName" not in default_class["spec"]
+    no_class = one(render(chart, {"engines": {"storage": "pvc", "pvc": {
+        "storageClassName": "-"}}}), "PersistentVolumeClaim")  # fmt: skip
+    assert no_class["spec"]["storageClassName"] == ""
+    told = render(chart, {"engines": {"storage": "pvc"}, "settings": {"watch_polling": False}})
+    assert settings_from(settings_configmap(told), monkeypatch).watch_polling is False
+    existing = render(chart, {"engines": {"storage": "pvc", "pvc": {"existingClaim": "voices"}}})
+    assert not [o for o in existing if o["kind"] == "PersistentVolumeClaim"]
+    pod = one(existing, "Deployment")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "engines"]
+    assert volume["persistentVolumeClaim"] == {"claimName": "voices"}
+    for values in ({}, VALUES_SETS["hostpath"]):  # inotify sees writes on a local filesystem
+        assert not settings_from(settings_configmap(render(chart, values)),
+                                 monkeypatch).watch_polling  # fmt: skip
+
+
+def test_per_pod_voices_are_a_sidecar_following_a_configmap(chart: helm.Chart) -> None:
+    """Per-pod volumes: no Job (it would fill one pod's volume at most); each pod's native
+    sidecar follows the voices ConfigMap, mounted as a directory (its updates reach it), which
+    the pod template does not hold: changing voices.pull rolls no pod."""
+    objects = render(chart, VALUES_SETS["voices-per-pod"])
+    assert not [o for o in objects if o["kind"] == "Job"]
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    (sidecar,) = [c for c in pod["initContainers"] if c["name"] == "voices"]
+    assert sidecar["restartPolicy"] == "Always"  # a native sidecar
+    engines_dir = settings_configmap(objects)["TTSVC_ENGINES_DIR"]
+    mounts = {m["name"]: m for m in sidecar["volumeMounts"]}
+    assert mounts["engines"]["mountPath"] == engines_dir and not mounts["engines"].get("readOnly")
+    assert "subPath" not in mounts["voices"] and mounts["voices"]["readOnly"] is True
+    args = sidecar["args"]
+    assert args[:2] == ["voices", "sync"]
+    names_file = Path(args[2])
+    assert names_file.parent.as_posix() == mounts["voices"]["mountPath"]
+    assert args[args.index("--engines-dir") + 1] == engines_dir
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "voices"]
+    (configmap,) = [o for o in objects if o["kind"] == "ConfigMap"
+                    and o["metadata"]["name"] == volume["configMap"]["name"]]  # fmt: skip
+    assert configmap["data"][names_file.name].split() == ["en_GB-alba-medium"]
+    more = {"voices": {"pull": ["en_GB-alba-medium", "de_DE-thorsten-high"]}}
+    assert one(render(chart, more), "Deployment") == one(objects, "Deployment")
+    assert sidecar["image"] == container(objects)["image"]
 
 
 def test_no_voices_job_without_voices_pull(chart: helm.Chart) -> None:
-    assert not [o for o in render(chart, {}) if o["kind"] == "Job"]
-    with pytest.raises(helm.HelmRenderError) as refused:
-        chart.render({"voices": {"pull": ["en_GB-alba-medium"]},
-                      "engines": {"hostPath": {"enabled": False}}}, name=RELEASE)  # fmt: skip
-    assert "voices.pull needs engines.hostPath.enabled" in str(refused.value)
+    for storage in ("perPod", "pvc", "hostPath"):
+        objects = render(chart, {"engines": {"storage": storage}})
+        assert not [o for o in objects if o["kind"] == "Job"]
     with pytest.raises(helm.HelmValuesError) as bad:
         chart.render({"voices": {"pull": ["--force"]}}, name=RELEASE)
     assert "/voices/pull/0" in str(bad.value)
@@ -562,7 +847,7 @@ def test_no_voices_job_without_voices_pull(chart: helm.Chart) -> None:
 def test_voices_pull_takes_what_ttsvc_takes_as_a_voice_name(chart: helm.Chart, name: str) -> None:
     """The schema's pattern is ``ttsvc.voice.NAME_RE`` in JSON Schema's terms (Go's regexp has
     no lookahead: the '..' is a ``not``): an install fails on a name the Job would refuse."""
-    values = {"voices": {"pull": [name]}}
+    values = {"voices": {"pull": [name]}, "engines": {"storage": "pvc"}}
     if name_problem(name) is None:
         (job,) = one(render(chart, values), "Job")["spec"]["template"]["spec"]["containers"]
         assert job["args"][2] == name

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ttsvc.config import DEFAULT_VOICE, Settings
 
@@ -116,7 +117,9 @@ def test_runtime_properties(targets: dict[str, Stage], target: str) -> None:
     }
     assert env["TTSVC_ENGINE_CACHE_DIR"].startswith("/tmp/")  # the only writable path
     assert env["TTSVC_COMPILE_DEFAULT_VOICE"] == "false"  # never write under the engines dir
-    assert env["TTSVC_ENGINES_DIR"] == "/opt/ttsvc/engines"  # the chart's default mountPath
+    # where the chart's seed copies the image's engines from (values: engines.imagePath)
+    chart_values = yaml.safe_load((ROOT / "helm" / "ttsvc" / "values.yaml").read_text())
+    assert env["TTSVC_ENGINES_DIR"] == chart_values["engines"]["imagePath"]
     assert env["PYTHONDONTWRITEBYTECODE"] == "1"
     # a bare `ttsvc serve` binds loopback; a container must listen where it is published
     assert env["TTSVC_HOST"] == "0.0.0.0" != settings.host

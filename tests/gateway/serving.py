@@ -188,6 +188,17 @@ def wait_engines(server: Server, predicate: object, what: str) -> dict[str, obje
     return wait_until(server, lambda: engines_state(server), predicate, what)
 
 
+def voices(server: Server) -> dict[str, dict[str, object]]:
+    """``GET /voices`` by name."""
+    return {v["name"]: v for v in server.client.get("/voices").json()["voices"]}
+
+
+def wait_voices(server: Server, predicate: object, what: str) -> dict[str, dict[str, object]]:
+    """Probe ``GET /voices`` until ``predicate`` holds (a bounded number of HTTP probes)."""
+    assert callable(predicate)
+    return wait_until(server, lambda: voices(server), predicate, what)
+
+
 def write_keys(path: Path, quotas: dict[str, dict[str, float]]) -> dict[str, str]:
     """A key file with a fresh key per name (``{"rpm": 3}``-style limits); name → key."""
     keys = {}

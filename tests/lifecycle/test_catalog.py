@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from tests.engine_files import VOICE, publish, variant
-from tests.gateway.serving import Server, wait_until
+from tests.gateway.serving import Server, voices, wait_voices
 from tests.speakers import SPEAKERS
 from tests.voices import SECOND_SAMPLE_RATE, SECOND_VOICE
 from ttsvc.backends.loader import load_engine_set
@@ -55,17 +55,6 @@ def server(root: Path) -> Iterator[Server]:
                 "both voices serving")  # fmt: skip
     yield srv
     srv.stop()
-
-
-def voices(server: Server) -> dict[str, dict[str, object]]:
-    """``GET /voices`` by name."""
-    return {v["name"]: v for v in server.client.get("/voices").json()["voices"]}
-
-
-def wait_voices(server: Server, predicate: object, what: str) -> dict[str, dict[str, object]]:
-    """Probe ``GET /voices`` until ``predicate`` holds (a bounded number of HTTP probes)."""
-    assert callable(predicate)
-    return wait_until(server, lambda: voices(server), predicate, what)
 
 
 def pcm(response: httpx.Response) -> tuple[int, np.ndarray]:  # type: ignore[type-arg]

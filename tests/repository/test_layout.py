@@ -1,13 +1,16 @@
-"""Engine repository layout: complete versions only, highest serves, atomic publish."""
+"""Engine repository layout: complete versions only, highest serves, atomic publish, and
+copies of versions made elsewhere (the chart seeding a volume from the image)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
-from ttsvc.errors import InvalidParameter
-from ttsvc.repository.layout import EngineRepository
+from ttsvc.errors import EngineIntegrityError, InvalidParameter
+from ttsvc.repository.layout import EngineRepository, EngineVersion
+from ttsvc.repository.manifest import file_entry, load_manifest, sha256_file, write_manifest
 
 
 def _version(root: Path, voice: str, name: str, complete: bool = True) -> Path:
@@ -87,3 +90,83 @@ def test_a_write_refuses_a_voice_directory_that_leads_out(tmp_path: Path) -> Non
     inside = root / "good"
     (root / "alias").symlink_to(inside, target_is_directory=True)  # a link within is fine
     assert repo.publish("alias", repo.staging_dir("alias"), 1).path == root / "alias" / "1"
+
+
+@pytest.fixture
+def image(default_version: EngineVersion, tmp_path: Path) -> Path:
+    """An engine repository as the cpu image holds it: the default voice's version 1."""
+    root = tmp_path / "image"
+    shutil.copytree(default_version.path, root / default_version.voice / "1")
+    return root
+
+
+def test_copy_publishes_a_checked_copy_once(image: Path, tmp_path: Path) -> None:
+    """Seeding a volume at every pod start: the first copy publishes, the next ones find the
+    same files and publish nothing (a restarted pod, a second replica on a shared volume)."""
+    (voice,) = EngineRepository(image).voices()
+    source = image / voice / "1"
+    volume = EngineRepository(tmp_path / "volume")
+    published = volume.copy_version(source)
+    assert published is not None and published.path == volume.root / voice / "1"
+    for name, entry in load_manifest(source).files.items():
+        assert sha256_file(published.path / name) == entry.sha256
+    assert load_manifest(published.path).version == 1
+    assert volume.copy_version(source) is None
+    assert [v.version for v in volume.versions(voice)] == [1]
+    assert [p.name for p in (volume.root / voice).iterdir()] == ["1"]  # no staging left
+
+
+def test_copy_never_stacks_an_old_copy_over_a_newer_version(image: Path, tmp_path: Path) -> None:
+    """An operator published version 2; the pod's next start seeds the image's version again:
+    it is there (as 1), so 2 keeps serving."""
+    (voice,) = EngineRepository(image).voices()
+    volume = EngineRepository(tmp_path / "volume")
+    volume.copy_version(image / voice / "1")
+    newer = volume.copy_version(_altered(image / voice / "1", tmp_path / "build" / voice / "1"))
+    assert newer is not None and newer.version == 2
+    assert volume.copy_version(image / voice / "1") is None
+    latest = volume.latest(voice)
+    assert latest is not None and latest.version == 2
+
+
+def test_copy_of_a_torn_source_publishes_nothing(image: Path, tmp_path: Path) -> None:
+    (voice,) = EngineRepository(image).voices()
+    source = image / voice / "1"
+    name, entry = next(iter(load_manifest(source).files.items()))
+    with (source / name).open("r+b") as fh:  # a copy still in progress: short by one byte
+        fh.truncate(entry.size - 1)
+    volume = EngineRepository(tmp_path / "volume")
+    with pytest.raises(EngineIntegrityError, match=name):
+        volume.copy_version(source)
+    assert volume.versions(voice) == [] and list((volume.root / voice).iterdir()) == []
+
+
+def test_writers_racing_on_a_shared_volume_publish_each_content_once(
+    image: Path, tmp_path: Path
+) -> None:
+    """Two pods seed one shared volume at once: the other writer's rename lands between this
+    one's numbering and its own rename (scripted here, in process), so this rename meets a
+    version directory; it looks again and finds the same files."""
+    (voice,) = EngineRepository(image).voices()
+    source = image / voice / "1"
+    root = tmp_path / "volume"
+
+    class LosesTheRace(EngineRepository):
+        def publish(self, voice: str, staging: Path, version: int) -> EngineVersion:
+            assert EngineRepository(root).copy_version(source) is not None  # the other pod
+            return super().publish(voice, staging, version)
+
+    assert LosesTheRace(root).copy_version(source) is None
+    assert [v.version for v in EngineRepository(root).versions(voice)] == [1]
+    assert [p.name for p in (root / voice).iterdir()] == ["1"]
+
+
+def _altered(source: Path, target: Path) -> Path:
+    """A version directory like ``source`` whose voice.json (listed in its manifest) differs."""
+    shutil.copytree(source, target)
+    manifest = load_manifest(target)
+    config = target / "voice.json"
+    config.write_text(config.read_text() + "\n")
+    manifest.files["voice.json"] = file_entry(config)
+    write_manifest(target, manifest)
+    return target

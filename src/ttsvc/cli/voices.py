@@ -1,4 +1,8 @@
-"""``ttsvc voices``: Piper voices by their catalogue name (``pull``, ``list``).
+"""``ttsvc voices``: Piper voices by their catalogue name (``pull``, ``sync``, ``list``).
+
+``sync`` is ``pull`` kept up to date with a names file (the chart's per-pod sidecar follows a
+mounted ConfigMap with it): every voice listed and not yet published is pulled, again whenever
+the file changes, and a failed pull is tried again after ``--retry-s``.
 
 Its own module so the compiler and the HTTP client stay behind the imports inside the commands:
 building the parser loads neither. ``list`` without ``--available`` is ``engines ls``.
@@ -44,6 +48,19 @@ def add_voices(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     pull.add_argument("--base-url", default=None, help=base_help)
     pull.add_argument("--engines-dir", type=Path, default=None, help="engine repository root")
     document_defaults(pull)
+    sync = actions.add_parser(
+        "sync", formatter_class=HelpFormatter,
+        help="pull the voices a names file lists, again whenever it changes (a sidecar)",
+    )  # fmt: skip
+    sync.add_argument("names_file", type=Path, metavar="NAMES_FILE",
+                      help="voice names, one a line; its directory is watched (a ConfigMap "
+                           "mount's updates are a rename there)")  # fmt: skip
+    sync.add_argument("--retry-s", type=float, default=60.0,
+                      help="a voice that failed to pull is tried again after this long",
+                      )  # fmt: skip
+    sync.add_argument("--base-url", default=None, help=base_help)
+    sync.add_argument("--engines-dir", type=Path, default=None, help="engine repository root")
+    document_defaults(sync)
     listing = actions.add_parser("list", help="voices in the engines directory, or --available",
                                  formatter_class=HelpFormatter)  # fmt: skip
     listing.add_argument(
@@ -62,6 +79,38 @@ def add_voices(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
+    from ttsvc.repository.catalogue import FetchError, base_url, client, fetch_catalogue  # noqa: PLC0415
+
+    if args.voices_action == "list" and not args.available:
+        return cmd_engines(args, settings)
+    if args.voices_action == "pull":
+        return pull_names(args.names, args.base_url, args.force, settings)
+    if args.voices_action == "sync":
+        return _sync(args.names_file, args.base_url, args.retry_s, settings)
+    _quiet_httpx()
+    try:
+        with client() as http:
+            catalogue = fetch_catalogue(http, base_url(args.base_url))
+    except FetchError as exc:
+        print(f"ttsvc voices: {exc}", file=sys.stderr)
+        return 1
+    _say_skipped(catalogue.skipped)
+    for v in catalogue.listing(args.language or ""):
+        print(
+            f"{v.name:40} {v.language.code:8} {v.quality:8} "
+            f"{v.num_speakers:4} speaker{'s' if v.num_speakers != 1 else ''}"
+        )
+    return 0
+
+
+def _quiet_httpx() -> None:
+    """Each download is named in the progress lines: httpx's own request lines are noise."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def pull_names(names: list[str], base: str | None, force: bool, settings: Settings) -> int:
+    """``voices pull NAMES``: 0 when each is published (or was), 2 for a name that is not a
+    voice name or not in the catalogue (nothing written), 1 when a pull failed."""
     from ttsvc.repository.catalogue import (  # noqa: PLC0415
         FetchError,
         UnknownCatalogueVoice,
@@ -70,37 +119,73 @@ def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
         fetch_catalogue,
     )
 
-    if args.voices_action == "list" and not args.available:
-        return cmd_engines(args, settings)
-    if args.voices_action == "pull":  # a name is a directory in the engines directory: no path
-        for name in args.names:
-            problem = name_problem(name)
-            if problem is not None:
-                print(f"ttsvc voices: {problem}", file=sys.stderr)
-                return USAGE_ERROR
-    # each download is named in the progress lines: httpx's own request lines are noise here
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    for name in names:  # a name is a directory in the engines directory: no path
+        problem = name_problem(name)
+        if problem is not None:
+            print(f"ttsvc voices: {problem}", file=sys.stderr)
+            return USAGE_ERROR
+    _quiet_httpx()
     try:
         with client() as http:
-            catalogue = fetch_catalogue(http, base_url(args.base_url))
-            if args.voices_action == "list":
-                _say_skipped(catalogue.skipped)
-                for v in catalogue.listing(args.language or ""):
-                    print(
-                        f"{v.name:40} {v.language.code:8} {v.quality:8} "
-                        f"{v.num_speakers:4} speaker{'s' if v.num_speakers != 1 else ''}"
-                    )
-                return 0
+            catalogue = fetch_catalogue(http, base_url(base))
             try:
-                names = [catalogue.find(name).name for name in args.names]
+                found = [catalogue.find(name).name for name in names]
             except UnknownCatalogueVoice as exc:
                 print(f"ttsvc voices: {exc}", file=sys.stderr)
                 return USAGE_ERROR
-            failed = sum(_pull(catalogue, name, args.force, settings, http) for name in names)
+            failed = sum(_pull(catalogue, name, force, settings, http) for name in found)
     except FetchError as exc:
         print(f"ttsvc voices: {exc}", file=sys.stderr)
         return 1
     return 1 if failed else 0
+
+
+def _sync(names_file: Path, base: str | None, retry_s: float, settings: Settings) -> int:
+    """``voices sync``: pull what ``names_file`` lists and is not published, at start, on each
+    change of the file's directory, and every ``retry_s`` while a pull has failed; until SIGTERM
+    (a container's PID 1 ignores it unless handled), which ends the loop after a pull underway."""
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    from watchfiles import watch  # noqa: PLC0415
+
+    from ttsvc.repository.layout import EngineRepository  # noqa: PLC0415
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    repo = EngineRepository(settings.engines_dir)
+    listed: list[str] | None = None
+    missing = True
+    changes = watch(names_file.parent, stop_event=stop, yield_on_timeout=True,
+                    rust_timeout=max(1, int(retry_s * 1000)), debounce=50)  # fmt: skip
+    while not stop.is_set():
+        names = _read_names(names_file)
+        if names != listed:
+            print(f"ttsvc voices sync: {names_file} lists {' '.join(names) or 'no voice'}",
+                  flush=True)  # fmt: skip
+            listed, missing = names, True
+        if missing:
+            wanted = [n for n in names if name_problem(n) is None and repo.latest(n) is None]
+            for bad in (n for n in names if name_problem(n) is not None):
+                print(f"ttsvc voices sync: {name_problem(bad)}; skipped", file=sys.stderr)
+            # one name at a time: a name the catalogue lacks must not hold the others back
+            missing = any([pull_names([n], base, False, settings) != 0 for n in wanted])
+            state = f"retrying in {retry_s:g} s" if missing else "every voice listed is published"
+            print(f"ttsvc voices sync: {state}", flush=True)
+        if next(changes, None) is None:
+            break
+    return 0
+
+
+def _read_names(path: Path) -> list[str]:
+    """The voice names in ``path``, one a line (blank lines and ``#`` comments aside); none
+    while it is missing."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return [line.strip() for line in text.splitlines()
+            if line.strip() and not line.strip().startswith("#")]  # fmt: skip
 
 
 def _say_skipped(skipped: list[str]) -> None:

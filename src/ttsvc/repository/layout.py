@@ -3,7 +3,9 @@
 Layout: ``<root>/<voice>/<version>/`` with numeric versions. A version counts only once its
 manifest exists (it is written last); staging directories start with a dot and are never listed.
 Publishing is one ``rename`` within the voice directory, so a watcher or loader sees either
-nothing or the complete version, never a half-written one. Whatever names a voice (an argument,
+nothing or the complete version, never a half-written one; ``copy_version`` publishes a version
+made elsewhere (another repository: the image's engines, an operator's build) the same way, and
+several writers sharing one volume may run it at once. Whatever names a voice (an argument,
 a catalogue entry), nothing is written outside the root: a write needs a voice name
 (``ttsvc.voice.NAME_RE``) whose directory resolves inside the root (reads list what is there,
 links out included, for ``trust.py`` to judge).
@@ -16,8 +18,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ttsvc.errors import InvalidParameter
-from ttsvc.repository.manifest import MANIFEST_NAME
+from ttsvc.errors import EngineError, InvalidParameter
+from ttsvc.repository.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    load_manifest,
+    open_verified,
+    write_manifest,
+)
 from ttsvc.voice import name_problem
 
 STAGING_PREFIX = ".staging-"
@@ -113,3 +121,53 @@ class EngineRepository:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         return EngineVersion(voice, version, target)
+
+    def copy_version(self, source: Path) -> EngineVersion | None:
+        """Publish a copy of the version directory ``source`` (of another repository) as the
+        next version of its voice, or ``None`` where a version with the same files (names and
+        sha256) is already here: seeding a volume from the image, once per pod start, publishes
+        once, and never stacks an older copy over a newer version.
+
+        Every file is checked against the source's manifest in the staging directory, and the
+        manifest (renumbered) is written last, then one rename: a torn or altered source
+        publishes nothing. Writers racing on a shared volume: the loser's rename meets the
+        winner's version and it looks again, so each content is published once."""
+        manifest = load_manifest(source)
+        voice = source.parent.name
+        for _ in range(_COPY_RACES):
+            if self._has_files(voice, manifest):
+                return None
+            version = self.next_version(voice)
+            staging = self.staging_dir(voice)
+            try:
+                for name in manifest.files:
+                    with open_verified(source, manifest, name) as src, \
+                            (staging / name).open("wb") as dst:  # fmt: skip
+                        shutil.copyfileobj(src, dst)
+                copied = manifest.model_copy(update={"version": version})
+                write_manifest(staging, copied)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            try:
+                return self.publish(voice, staging, version)
+            except OSError:
+                if not (self.voice_dir(voice) / str(version)).is_dir():
+                    raise  # not a race: the volume refused the rename
+        raise OSError(f"{voice}: another writer took each version number {_COPY_RACES} times")
+
+    def _has_files(self, voice: str, manifest: Manifest) -> bool:
+        """Whether a complete version of ``voice`` holds exactly ``manifest``'s files."""
+        wanted = {n: (e.sha256, e.size) for n, e in manifest.files.items()}
+        for v in self.versions(voice):
+            try:
+                have = load_manifest(v.path).files
+            except EngineError:  # a version whose manifest does not parse is not the same
+                continue
+            if {n: (e.sha256, e.size) for n, e in have.items()} == wanted:
+                return True
+        return False
+
+
+_COPY_RACES = 8
+"""Rename attempts before a copy gives up: each lost race means another writer published."""
