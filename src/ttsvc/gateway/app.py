@@ -188,7 +188,8 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST"],
             allow_headers=["authorization", "content-type", "x-request-id"],
-            expose_headers=["x-request-id", "x-sample-rate", "x-engine-version", "retry-after"],
+            expose_headers=["x-request-id", "x-sample-rate", "x-engine-version", "x-empty-text",
+                            "retry-after"],
         )
 
     add_routes(app, state)

@@ -17,7 +17,7 @@ from tests.pool.scripted import LABEL, Pool, sent
 from ttsvc.audio.encode import FORMATS
 from ttsvc.config import Settings
 from ttsvc.gateway.core.keys import ApiKey, KeyStore
-from ttsvc.gateway.core.order import SpeechOrder
+from ttsvc.gateway.core.order import EmptyText, SpeechOrder
 from ttsvc.gateway.core.quotas import KeyRateLimiter, Quota
 from ttsvc.gateway.core.state import GatewayState
 from ttsvc.pool.handle import WorkerHandle
@@ -115,10 +115,11 @@ class Core:
 
 
 def order(text: str = "Hello there.", *, format: str = "pcm", stream: bool = True,
-          api: str = "synthesize", sample_rate: int | None = None) -> SpeechOrder:  # fmt: skip
+          api: str = "synthesize", sample_rate: int | None = None,
+          empty_text: EmptyText = "silence", ssml: bool = False) -> SpeechOrder:  # fmt: skip
     """An order for the scripted voice."""
     return SpeechOrder(text=text, voice=VOICE, format=FORMATS[format], stream=stream, api=api,
-                       sample_rate=sample_rate)  # fmt: skip
+                       sample_rate=sample_rate, empty_text=empty_text, ssml=ssml)  # fmt: skip
 
 
 def chunk(uid: str, pcm: bytes, offset: int = 0, *, queued_s: float = 0.0) -> AudioChunkMsg:

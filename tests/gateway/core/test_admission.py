@@ -24,7 +24,7 @@ from ttsvc.errors import (
     TextTooLong,
     TTSError,
 )
-from ttsvc.gateway.core.admission import Admitted, admit
+from ttsvc.gateway.core.admission import SHORT_TEXT, Admitted, admit
 from ttsvc.gateway.core.caller import Caller
 from ttsvc.gateway.core.order import SpeechOrder
 from ttsvc.gateway.core.quotas import Quota
@@ -76,21 +76,73 @@ def test_a_text_of_exactly_the_cap_passes_the_cap(core: Core) -> None:
     assert isinstance(error, EngineError)  # the next check: the cap let it through
 
 
-@pytest.mark.parametrize("text", ["", "   \n\t "])
-def test_an_empty_or_blank_text_is_nothing_to_say(core: Core, text: str) -> None:
-    """Known at once, before the pool and the slots: an empty text is the client's error even
-    while the service could not take it anyway."""
+@pytest.mark.parametrize("text", ["", "   \n\t ", "🙂", " ... 🙂!"])
+def test_nothing_to_speak_asked_as_an_error_is_nothing_to_say(core: Core, text: str) -> None:
+    """Known at once, before the pool and the slots: with ``empty_text: "error"`` a text with
+    nothing to speak is the client's error even while the service could not take it anyway."""
     core.state.pool = None
     core.state.inflight = SLOTS
-    error = refusal(core, order(text))
+    error = refusal(core, order(text, empty_text="error"))
     assert isinstance(error, NothingToSay)
     assert (error.status, error.type, error.field) == (422, "empty_text", "text")
 
 
 def test_blank_openai_input_is_nothing_to_say_naming_input(core: Core) -> None:
-    error = refusal(core, order(" ", api="openai"))
+    error = refusal(core, order(" ", api="openai", empty_text="error"))
     assert isinstance(error, NothingToSay)
     assert error.field == "input"
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t ", "🙂", " ... 🙂!"])
+def test_nothing_to_speak_is_admitted_as_silence_with_no_worker_slot_or_quota(
+    core: Core, text: str
+) -> None:
+    """The default: admitted without a worker (none is live, every slot is busy) and without
+    charging the key, at the rate and in the format asked for."""
+    core.state.inflight = SLOTS
+    key = core.keyed(Quota(requests_per_minute=1))
+    admitted = admit_on_loop(core, order(text, format="opus", sample_rate=24000),
+                             Caller(key=key))  # fmt: skip
+    assert admitted.silent and (admitted.pool, admitted.wid, admitted.ticket) == (None, None, None)
+    assert (admitted.rate, admitted.encoder.format.name) == (24000, "opus")
+    admitted.encoder.close()
+    assert core.state.limiter.streams("alice") == 0
+    core.state.inflight = 0
+    core.ready()
+    spoken = admit_on_loop(core, order(), Caller(key=key))  # its one request a minute is unspent
+    assert not spoken.silent and spoken.ticket is not None
+    spoken.encoder.close()
+
+
+def test_silence_is_still_refused_a_rate_its_format_does_not_take(core: Core) -> None:
+    error = refusal(core, order("🙂", format="opus", sample_rate=22050))
+    assert isinstance(error, InvalidParameter) and error.field == "sample_rate"
+
+
+@pytest.mark.parametrize("text", ["&", "#1", "🙂" * (SHORT_TEXT + 1)])
+def test_symbols_that_say_something_or_a_long_text_go_to_a_worker(
+    core: Core, text: str
+) -> None:
+    """``&`` is read "and", a digit is a word; a long text is not normalized on the loop (its
+    worker finds whether it says anything): none of them is silence here."""
+    core.state.settings = core.settings.model_copy(update={"max_text_chars": 4096})
+    core.ready()
+    admitted = admit_on_loop(core, SpeechOrder(text=text, voice=VOICE, format=order().format,
+                                               stream=True, api="synthesize"))  # fmt: skip
+    assert not admitted.silent and admitted.wid == 0
+    admitted.encoder.close()
+
+
+def test_ssml_or_a_lexicon_s_text_is_never_judged_by_its_symbols_here(core: Core) -> None:
+    """A lexicon may say a symbol: a text that is not read as it is goes to its worker."""
+    core.ready()
+
+    async def call() -> Admitted:
+        return admit(core.state, order("🙂"), Caller(), plain=False)
+
+    admitted = core.run(call())
+    assert not admitted.silent
+    admitted.encoder.close()
 
 
 def test_no_pool_yet_is_an_engine_error(core: Core) -> None:

@@ -19,9 +19,14 @@ import structlog
 
 from tests.gateway.core.conftest import QUEUE_TIMEOUT_S, Core, FakeClock, chunk, order
 from ttsvc.audio.wav import streaming_header, wav_bytes
-from ttsvc.errors import ClientClosedRequest, QueueTimeout, ShutDown
+from ttsvc.errors import ClientClosedRequest, NothingToSay, QueueTimeout, ShutDown
 from ttsvc.gateway.core.caller import Caller
-from ttsvc.gateway.core.exchange import SynthesisExchange, WorkerReportedError, start_exchange
+from ttsvc.gateway.core.exchange import (
+    SILENCE_S,
+    SynthesisExchange,
+    WorkerReportedError,
+    start_exchange,
+)
 from ttsvc.gateway.core.order import SpeechOrder
 from ttsvc.gateway.core.quotas import Quota
 from ttsvc.protocol import AudioChunkMsg, CancelStream, StreamDone, StreamError, SynthesisJob
@@ -160,17 +165,41 @@ def test_a_worker_error_before_the_first_audio_is_answered_with_its_status(core:
     assert core.state.inflight == 0 and core.state.idle.is_set()
 
 
-@pytest.mark.parametrize(("silence", "code"), [(False, "422"), (True, "200")])
-def test_nothing_to_say_is_a_200_only_where_the_caller_takes_silence(
-    core: Core, silence: bool, code: str
+def test_nothing_the_worker_finds_to_say_is_a_short_silence_recorded_200_empty_text(
+    core: Core, logs: list[structlog.typing.EventDict]
 ) -> None:
-    """The worker found nothing to say: an agent's route (``empty_is_silence``) answers with no
-    audio, so its record says 200; any other keeps the 422."""
+    """The worker found nothing to say before any audio (a sentence of only symbols it alone
+    could judge): the exchange answers ``SILENCE_S`` of zeros at the order's rate, marked
+    silent, and ends there, recorded once as ``empty_text`` with a 200."""
     core.ready()
-    caller = Caller(empty_is_silence=silence)
+    caller = Caller()
+
+    async def scenario() -> tuple[SynthesisJob, SynthesisExchange, AudioChunkMsg]:
+        started = asyncio.ensure_future(start_exchange(core.state, order(sample_rate=16000),
+                                                       caller))  # fmt: skip
+        job = await core.dispatched()
+        core.say(StreamError(job.uid, 422, "empty_text", "nothing to speak", "text"))
+        exchange, first = await started
+        assert await gather(exchange.rest()) == []
+        return job, exchange, first
+
+    job, exchange, first = core.run(scenario())
+    assert exchange.silent and first.pcm == bytes(2 * round(SILENCE_S * 16000))
+    assert exchange.audio_s == pytest.approx(SILENCE_S)
+    (line,) = request_lines(logs)
+    assert (line["uid"], line["code"], line["status"], line["worker"]) == (job.uid, 200,
+                                                                           "empty_text", 0)
+    assert (core.records(), core.records("200", "empty_text")) == (1, 1)
+    assert core.sent() == []  # the worker ended the stream itself: nothing to cancel
+    assert core.state.inflight == 0 and job.uid not in core.state.pool.mailboxes  # type: ignore[union-attr]
+
+
+def test_nothing_the_worker_finds_to_say_asked_as_an_error_is_its_422(core: Core) -> None:
+    core.ready()
 
     async def scenario() -> WorkerReportedError:
-        started = asyncio.ensure_future(start_exchange(core.state, order(), caller))
+        started = asyncio.ensure_future(start_exchange(core.state, order(empty_text="error"),
+                                                       Caller()))  # fmt: skip
         job = await core.dispatched()
         core.say(StreamError(job.uid, 422, "empty_text", "nothing to speak", "text"))
         with pytest.raises(WorkerReportedError) as failed:
@@ -178,8 +207,41 @@ def test_nothing_to_say_is_a_200_only_where_the_caller_takes_silence(
         return failed.value
 
     error = core.run(scenario())
-    assert (error.status, error.type) == (422, "empty_text")  # the transport decides the answer
-    assert (core.records(), core.records(code, "empty_text")) == (1, 1)
+    assert (error.status, error.type) == (422, "empty_text")
+    assert (core.records(), core.records("422", "empty_text")) == (1, 1)
+
+
+@pytest.mark.parametrize("text", ["", "🙂", '<speak><break time="1s"/></speak>'])
+def test_nothing_to_speak_known_at_admission_is_silence_no_worker_is_asked_for(
+    core: Core, logs: list[structlog.typing.EventDict], text: str
+) -> None:
+    """Blank, only an emoji, SSML of only a break: no job is sent (no worker is even live), the
+    silence goes through the order's encoder (a streamed WAV: its header, then the zeros), and
+    its line says ``empty_text`` with a 200 and no worker."""
+    speech = order(text, format="wav", sample_rate=24000, ssml=text.startswith("<speak"))
+
+    async def scenario() -> tuple[SynthesisExchange, list[bytes]]:
+        exchange, first = await start_exchange(core.state, speech, Caller())
+        encoded = [data async for data, _ in exchange.encoded(first)]
+        exchange.release_encoder()
+        return exchange, encoded
+
+    exchange, encoded = core.run(scenario())
+    assert exchange.silent and core.sent() == []
+    zeros = bytes(2 * round(SILENCE_S * 24000))
+    assert b"".join(encoded) == streaming_header(24000) + zeros
+    (line,) = request_lines(logs)
+    assert (line["code"], line["status"], line["worker"], line["audio_s"]) == (
+        200, "empty_text", None, SILENCE_S)  # fmt: skip
+    assert core.value("ttsvc_format_requests_total", {"format": "wav", "api": "synthesize"}) == 1
+    assert core.state.inflight == 0 and core.state.idle.is_set()
+
+
+def test_ssml_of_only_markup_asked_as_an_error_keeps_its_own_422(core: Core) -> None:
+    speech = order('<speak><break time="1s"/></speak>', ssml=True, empty_text="error")
+    with pytest.raises(NothingToSay, match="only markup"):
+        core.run(start_exchange(core.state, speech, Caller()))
+    assert core.sent() == []
 
 
 def test_a_stream_that_ends_without_audio_is_a_500(core: Core) -> None:

@@ -139,8 +139,10 @@ def test_lexicons_apply_inside_ssml_but_not_to_what_markup_wrote(
 
 
 def test_a_document_with_nothing_to_say_touches_no_worker(core: Core) -> None:
+    """Asked as the error (``empty_text: "error"``); the default silence is the exchange's
+    (tests/gateway/core/test_exchange.py)."""
     core.ready()
-    speech = dataclasses.replace(order('<speak><break time="1s"/></speak>'), ssml=True)
+    speech = order('<speak><break time="1s"/></speak>', ssml=True, empty_text="error")
     error = refused(core, speech)
     assert isinstance(error, NothingToSay) and error.field == "text"
 

@@ -205,16 +205,35 @@ def test_with_timestamps_is_one_object_of_the_whole(server: Server, key: str) ->
 
 
 @pytest.mark.parametrize("route", ["", "/stream", "/stream/with-timestamps", "/with-timestamps"])
-def test_nothing_to_say_is_a_200_with_no_audio(server: Server, key: str, route: str) -> None:
+@pytest.mark.parametrize("text", ["  ", "\U0001f642"])
+def test_nothing_to_say_is_a_short_silence(server: Server, key: str, route: str,
+                                           text: str) -> None:  # fmt: skip
+    """50 ms of zeros in the output format asked for (the aligned routes carry it in their
+    line), ``X-Empty-Text``, recorded 200 ``empty_text``."""
     before = metric(server, "ttsvc_requests_total", code="200", outcome="empty_text")
-    r = post(server, key, route, {"text": "  "}, output_format="pcm_16000")
+    r = post(server, key, route, {"text": text}, output_format="pcm_16000")
     assert r.status_code == 200, r.text
-    if route == "/with-timestamps":
-        assert r.json() == {"audio_base64": "", "alignment": None, "normalized_alignment": None}
+    assert r.headers["x-empty-text"] == "true"
+    if route.endswith("with-timestamps"):
+        lines = [json.loads(line) for line in r.text.splitlines() if line]
+        audio = b"".join(base64.b64decode(line["audio_base64"]) for line in lines)
     else:
-        assert r.content == b""
+        audio = r.content
+    assert audio == bytes(2 * round(0.05 * 16000))
     assert metric(server, "ttsvc_requests_total", code="200",
                   outcome="empty_text") == before + 1  # fmt: skip
+
+
+def test_nothing_to_say_is_a_short_silence_in_mp3(server: Server, key: str) -> None:
+    r = post(server, key, "/stream", {"text": "\U0001f642"})  # unset: mp3_44100_128
+    assert r.status_code == 200 and r.headers["x-empty-text"] == "true", r.text
+    pcm, rate = decode(r.content, "mp3")
+    assert rate == 44100 and 0.04 <= len(pcm) / rate <= 0.2 and rms(pcm) < 30
+
+
+def test_empty_text_error_in_the_body_asks_for_the_422(server: Server, key: str) -> None:
+    r = post(server, key, "/stream", {"text": "\U0001f642", "empty_text": "error"})
+    assert r.status_code == 422 and r.json()["type"] == "empty_text", r.text
 
 
 def test_refusals_are_answered_and_recorded(server: Server, key: str) -> None:

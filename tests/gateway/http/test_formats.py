@@ -143,3 +143,44 @@ def test_cors_is_off_unless_origins_are_configured(server: Server) -> None:
     assert "access-control-allow-origin" not in preflight.headers
     r = server.synth("hi", format="pcm")
     assert "access-control-allow-origin" not in r.headers
+
+
+@pytest.mark.parametrize(("name", "rate"), CASES)
+def test_nothing_to_speak_is_a_short_silence_in_every_format_and_rate(
+    server: Server, name: str, rate: int
+) -> None:
+    """An emoji (Pipecat's Piper client posts each sentence here): 50 ms of zeros in the format
+    and rate asked for, a container both decoders read, said in ``X-Empty-Text`` and recorded
+    ``empty_text`` with a 200."""
+    before = len(server.completions())
+    r = server.synth("\U0001f642", format=name, sample_rate=rate)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-empty-text"] == "true" and r.headers["x-sample-rate"] == str(rate)
+    assert r.headers["content-type"].startswith(MEDIA[name])
+    pcm, got_rate = decode_both(r.content, name, rate)
+    assert got_rate == rate and rms(pcm) < 30
+    assert 0.05 - 0.01 <= len(pcm) / rate <= 0.05 + slack_s(name, rate), len(pcm) / rate
+    (line,) = server.completions()[before:]
+    assert (line["status"], line["code"], line["format"]) == ("empty_text", 200, name)
+    assert line["uid"] == r.headers["x-request-id"]
+
+
+def test_empty_text_error_keeps_the_422_and_other_values_are_refused(server: Server) -> None:
+    for text in ("   ", "\U0001f642", "\U0001f642 " * 200):  # the last is judged by its worker
+        r = server.synth(text, empty_text="error")
+        assert r.status_code == 422 and r.json()["type"] == "empty_text", r.text
+        assert r.json()["field"] == "text"
+    r = server.synth("\U0001f642", empty_text="quiet")
+    assert r.status_code == 422 and r.json()["field"] == "empty_text", r.text
+
+
+def test_a_text_only_its_worker_finds_empty_is_a_short_silence_too(server: Server) -> None:
+    """Too long to be normalized on the gateway's loop: its worker says there is nothing to
+    speak before any audio, and the answer is the same silence."""
+    before = len(server.completions())
+    r = server.synth("\U0001f642 " * 200, format="wav", stream=False)
+    assert r.status_code == 200 and r.headers["x-empty-text"] == "true", r.text
+    pcm, rate = decode(r.content, "wav")
+    assert len(pcm) == round(0.05 * rate) and not pcm.any()
+    (line,) = server.completions()[before:]
+    assert (line["status"], line["code"]) == ("empty_text", 200) and line["worker"] is not None

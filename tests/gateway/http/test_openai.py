@@ -3,10 +3,13 @@ here wrote), against a real server with API keys, real workers and the real voic
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 import soundfile as sf
@@ -154,33 +157,49 @@ def test_errors_reach_the_sdk_in_openai_shape(
     assert body["type"] == err_type and body["param"] == param and body["message"]
 
 
-@pytest.mark.parametrize("text", ["   ", "...", "\U0001f642"])
-@pytest.mark.parametrize("fmt", ["pcm", "wav", "mp3"])
-def test_nothing_to_say_is_no_audio_and_a_200(
+@pytest.mark.parametrize("text", ["   ", "...", "\U0001f642", "\U0001f642 " * 200])
+@pytest.mark.parametrize("fmt", ["pcm", "wav", "mp3", "opus"])
+def test_nothing_to_say_is_a_short_silence_and_a_200(
     client: openai.OpenAI, keyed: tuple[Server, str], text: str, fmt: str
 ) -> None:
-    """An agent's reply with nothing speakable (blank, "...", an emoji) is no audio, not an
-    error: Pipecat logs a 422 as a failed turn and LiveKit closes a session after three. The
-    blank text is refused by the gateway, the others by the worker: both answer alike."""
+    """An agent's reply with nothing speakable (blank, "...", an emoji) is 50 ms of silence at
+    OpenAI's rate, not an error (Pipecat logs a 422 as a failed turn, LiveKit closes a session
+    after three) nor a body without audio (LiveKit retries it into "no audio frames were
+    pushed"). The gateway knows the short ones at once, the worker the long one: alike."""
     server, _ = keyed
     before = server.completions()
     audio = client.audio.speech.create(model="tts-1", voice="alloy", input=text,
                                        response_format=fmt)  # type: ignore[arg-type]  # fmt: skip
-    data = audio.read()
-    if fmt == "wav":
-        assert sf.info(io.BytesIO(data)).samplerate == 24000
-        data = sf.read(io.BytesIO(data), dtype="int16")[0].tobytes()
-    assert len(data) < 1000  # no speech: at most an MP3 encoder's empty frames
+    assert audio.response.headers["x-empty-text"] == "true"
+    pcm, rate = decode(audio.read(), fmt, 24000)
+    assert rate == 24000 and rms(pcm) < 30
+    assert 0.04 <= len(pcm) / rate <= 0.05 + (0.15 if fmt == "mp3" else 0.01), len(pcm) / rate
     (line,) = server.completions()[len(before):]
-    assert (line["code"], line["status"], line["audio_s"]) == (200, "empty_text", 0.0)
+    assert (line["code"], line["status"], line["audio_s"]) == (200, "empty_text", 0.05)
     assert line["uid"] == audio.response.headers["x-request-id"]
 
 
-def test_nothing_to_say_keeps_its_422_on_synthesize(keyed: tuple[Server, str]) -> None:
-    """``/synthesize`` is not an agent's route: a client asking it to say nothing is told so."""
-    for text in ("   ", "..."):
-        r = keyed[0].synth(text)
-        assert r.status_code == 422 and r.json()["type"] == "empty_text"
+def test_nothing_to_say_in_speech_events_is_a_delta_of_silence_then_done(
+    keyed: tuple[Server, str],
+) -> None:
+    server, key = keyed
+    r = httpx.post(f"{server.url}/v1/audio/speech", headers={"authorization": f"Bearer {key}"},
+                   json={"model": "gpt-4o-mini-tts", "voice": "alloy", "input": "\U0001f642",
+                         "response_format": "pcm", "stream_format": "sse"},
+                   timeout=30)  # fmt: skip
+    assert r.status_code == 200 and r.headers["x-empty-text"] == "true", r.text
+    events = [json.loads(line[len("data: "):]) for line in r.text.splitlines() if line]
+    assert [e["type"] for e in events] == ["speech.audio.delta", "speech.audio.done"]
+    assert base64.b64decode(events[0]["audio"]) == bytes(2 * round(0.05 * 24000))
+
+
+def test_empty_text_error_asks_for_the_422(client: openai.OpenAI) -> None:
+    """The field is ours: the SDK sends it in ``extra_body``."""
+    with pytest.raises(openai.UnprocessableEntityError) as raised:
+        client.audio.speech.create(model="tts-1", voice="alloy", input="\U0001f642",
+                                   extra_body={"empty_text": "error"})  # fmt: skip
+    body = raised.value.body
+    assert isinstance(body, dict) and (body["type"], body["param"]) == ("empty_text", "input")
 
 
 def test_a_wrong_key_is_an_authentication_error(keyed: tuple[Server, str]) -> None:

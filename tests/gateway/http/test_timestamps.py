@@ -157,3 +157,17 @@ def test_openai_speech_events_carry_the_same_words_when_asked(server: Server) ->
             assert begin <= word["start"] < end
     r = server.client.post("/v1/audio/speech", json={**body, "stream_format": "audio"})
     assert (r.status_code, r.json()["error"]["param"]) == (422, "timestamps")
+
+
+@pytest.mark.parametrize("stream_format", ["jsonl", "sse"])
+def test_nothing_to_speak_is_a_line_of_silence_with_no_words_then_done(
+    server: Server, stream_format: str
+) -> None:
+    r = server.client.post(PATH, json={"text": "\U0001f642", "sample_rate": 16000,
+                                       "stream_format": stream_format})  # fmt: skip
+    assert r.status_code == 200 and r.headers["x-empty-text"] == "true", r.text
+    first, last = lines(r)
+    assert base64.b64decode(str(first["audio"])) == bytes(2 * round(0.05 * 16000))
+    assert first["words"] == [] and last == {"done": True, "audio_s": 0.05}
+    r = server.client.post(PATH, json={"text": "\U0001f642", "empty_text": "error"})
+    assert r.status_code == 422 and r.json()["type"] == "empty_text", r.text

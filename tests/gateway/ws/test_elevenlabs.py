@@ -419,3 +419,38 @@ def test_a_whole_sentence_is_spoken_without_waiting_for_more_text(
         send(ws, context_id="turn", flush=True)
         send(ws, context_id="turn", close_context=True)
         assert read_contexts(ws, {"turn"})["turn"][-1]["isFinal"]
+
+
+def test_a_sentence_with_nothing_to_speak_is_a_short_silence_marked_so(
+    server: Server, key: str
+) -> None:
+    """An emoji between two sentences of a context: its audio (after the pause) is 50 ms of
+    zeros, marked ``empty_text``, recorded 200; no error, and the context ends final."""
+    before = len(server.completions())
+    with open_ws(server, key, "stream-input", output_format="pcm_16000") as ws:
+        for token in tokens("Hello there. \U0001f642! See you soon."):
+            send(ws, text=token)
+        send(ws, text="")
+        messages = read_to_close(ws)
+    assert messages[-1] == {"isFinal": True} and not [m for m in messages if "error" in m]
+    marked = [base64.b64decode(m["audio"] or "") for m in messages if m.get("empty_text")]
+    assert b"".join(marked) == bytes(2 * round(0.05 * 16000))
+    lines = server.completions()[before:]
+    assert sorted((str(line["status"]), line["code"]) for line in lines) == [
+        ("empty_text", 200), ("ok", 200), ("ok", 200)]  # fmt: skip
+
+
+def test_empty_text_error_in_the_query_makes_such_a_sentence_an_error(
+    server: Server, key: str
+) -> None:
+    with open_ws(server, key, "stream-input", output_format="pcm_16000",
+                 empty_text="error") as ws:  # fmt: skip
+        send(ws, text="\U0001f642! ")
+        send(ws, text="")
+        messages = read_to_close(ws)
+    assert [m["type"] for m in messages if "error" in m] == ["empty_text"]
+    assert messages[-1] == {"isFinal": True}
+    with open_ws(server, key, empty_text="sometimes") as ws:
+        messages = read_to_close(ws)
+    assert ws.close_code == 1008
+    assert [(m["type"], m["field"]) for m in messages] == [("invalid_parameter", "empty_text")]

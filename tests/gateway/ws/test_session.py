@@ -361,3 +361,40 @@ def test_with_timestamps_audio_messages_carry_the_words_of_the_whole_text(
         end = begin + len(base64.b64decode(m["audio"])) / 2 / rate
         for w in m.get("words", []):
             assert begin - 1e-3 <= w["start"] < end + 1e-3 and w["start"] < w["end"]
+
+
+def test_a_sentence_with_nothing_to_speak_is_a_short_silence_marked_so(
+    server: Server, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """An emoji between two sentences (the session cuts it as one): its audio message is 50 ms
+    of zeros with ``empty_text: true``, the others speak, and nothing is an error."""
+    before = len(server.completions())
+    with open_ws(server, keys[1]["alice"]) as ws:
+        send(ws, "start", sample_rate=16000)
+        send(ws, "append", text="Hello there. \U0001f642! See you soon.")
+        send(ws, "end")
+        messages = read_to_close(ws)
+    assert "error" not in {m["type"] for m in messages}
+    audio = audio_of(messages)
+    assert sorted(audio) == [0, 1, 2]
+    (empty,) = [m for m in messages if m.get("empty_text")]
+    assert empty["sentence"] == 1
+    # the pause before it, then its silence
+    assert b"".join(audio[1]) == bytes(2 * round(SILENCE_S * 16000) + 2 * round(0.05 * 16000))
+    assert all(pcm(b"".join(audio[i])).std() > 300 for i in (0, 2))
+    lines = server.completions()[before:]
+    assert [(line["status"], line["code"]) for line in lines] == [
+        ("ok", 200), ("empty_text", 200), ("ok", 200)]  # fmt: skip
+
+
+def test_empty_text_error_in_start_makes_such_a_sentence_an_error_message(
+    server: Server, keys: tuple[Path, dict[str, str]]
+) -> None:
+    with open_ws(server, keys[1]["alice"]) as ws:
+        send(ws, "start", empty_text="error")
+        send(ws, "append", text="\U0001f642! ")
+        send(ws, "end")
+        messages = read_to_close(ws)
+    (error,) = [m for m in messages if m["type"] == "error"]
+    assert (error["code"], error["status"], error["sentence"]) == ("empty_text", 422, 0)
+    assert not audio_of(messages) and messages[-1]["type"] == "done"

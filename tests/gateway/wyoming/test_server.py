@@ -197,6 +197,70 @@ def test_text_stream_speaks_each_sentence_once_as_soon_as_it_is_complete(
     assert 0.7 < len(samples) / (len(whole.content) / 2) < 1.4  # the reply once, not twice
 
 
+EMOJI = "\U0001f642"
+SILENCE_SAMPLES = round(0.05 * 22050)
+"""The short silence a text with nothing to speak gets, at the voice's rate."""
+
+
+def test_a_synthesize_of_an_emoji_is_a_short_silence_in_audio_events(server: Server) -> None:
+    """Before: an ``error`` event and the end of the connection (Home Assistant waits on)."""
+    before = len(request_lines(server))
+    events = converse(server, Synthesize(text=EMOJI).event(), until=("audio-stop", "error"))
+    kinds = [e.type for e in events]
+    assert kinds[0] == "audio-start" and set(kinds[1:-1]) == {"audio-chunk"}
+    assert kinds[-1] == "audio-stop"
+    start, samples = audio_of(events)
+    assert (start.rate, start.width, start.channels) == (22050, 2, 1)
+    assert len(samples) == SILENCE_SAMPLES and not samples.any()
+    assert all(e.data["empty_text"] is True for e in events[1:-1])  # nothing was spoken
+    (line,) = request_lines(server)[before:]
+    assert (line["status"], line["code"], line["worker"]) == ("empty_text", 200, None)
+
+
+def test_a_text_stream_of_an_emoji_is_a_short_silence_in_audio_events(server: Server) -> None:
+    """Before: the stream's sentence was skipped: an audio-start with no audio at all."""
+    events = converse(server, SynthesizeStart().event(), SynthesizeChunk(text=EMOJI).event(),
+                      SynthesizeStop().event(), until=("synthesize-stopped", "error"))
+    kinds = [e.type for e in events]
+    assert kinds[0] == "audio-start" and set(kinds[1:-2]) == {"audio-chunk"}
+    assert kinds[-2:] == ["audio-stop", "synthesize-stopped"]
+    _, samples = audio_of(events)
+    assert len(samples) == SILENCE_SAMPLES and not samples.any()
+
+
+def test_an_emoji_between_sentences_of_a_stream_is_spoken_as_a_short_silence(
+    server: Server,
+) -> None:
+    before = len(request_lines(server))
+    events = converse(server, SynthesizeStart().event(),
+                      SynthesizeChunk(text=f"Hello there. {EMOJI}! See you soon.").event(),
+                      SynthesizeStop().event(), until=("synthesize-stopped", "error"))  # fmt: skip
+    kinds = [e.type for e in events]
+    assert "error" not in kinds and kinds[-2:] == ["audio-stop", "synthesize-stopped"]
+    marked = [AudioChunk.from_event(e).audio for e in events
+              if e.type == "audio-chunk" and e.data.get("empty_text")]  # fmt: skip
+    # its chunks (the pause before it, then its silence) are all zeros
+    assert marked and not any(b"".join(marked).strip(b"\0"))
+    assert [line["status"] for line in request_lines(server)[before:]] == ["ok", "empty_text",
+                                                                           "ok"]  # fmt: skip
+
+
+def test_empty_text_error_asks_for_the_old_answers(server: Server) -> None:
+    """``"empty_text": "error"`` in the event: an ``error`` for a ``synthesize``, and a stream's
+    sentence with nothing to speak skipped; any other value is refused, naming it."""
+    asked = Event("synthesize", {"text": EMOJI, "empty_text": "error"})
+    events = converse(server, asked, until=())
+    assert [Error.from_event(e).code for e in events] == ["empty_text"]
+    start = Event("synthesize-start", {"empty_text": "error"})
+    events = converse(server, start, SynthesizeChunk(text=EMOJI).event(),
+                      SynthesizeStop().event(), until=("synthesize-stopped", "error"))
+    assert [e.type for e in events] == ["audio-start", "audio-stop", "synthesize-stopped"]
+    wrong = Event("synthesize", {"text": EMOJI, "empty_text": "maybe"})
+    (error,) = converse(server, wrong, until=())
+    assert Error.from_event(error).code == "invalid_parameter"
+    assert "empty_text" in Error.from_event(error).text
+
+
 def test_an_unknown_voice_is_an_error_event(server: Server) -> None:
     for opening in (Synthesize(text="Hello.", voice=SynthesizeVoice(name="nobody")).event(),
                     SynthesizeStart(voice=SynthesizeVoice(name="nobody")).event()):  # fmt: skip

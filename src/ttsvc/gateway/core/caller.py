@@ -36,9 +36,6 @@ class Caller:
     """Returns once the client has left: a request queued for it is then cancelled (a 499)."""
     client_request_id: str | None = None
     """The client's own ``X-Request-Id``, logged beside ours (never used as ours)."""
-    empty_is_silence: bool = False
-    """An agent's route: a text with nothing to say is answered with no audio and a 200, not a
-    422 (agent frameworks count an error as a failed turn, and close a session after a few)."""
 
     # what the core writes back as the request goes
     text_len: int | None = None

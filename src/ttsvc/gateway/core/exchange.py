@@ -4,6 +4,12 @@ Every API's synthesis (the HTTP routes, the WebSocket, Wyoming) is admitted and 
 by ``start_exchange``, and the ``SynthesisExchange`` it returns holds what the request holds (a
 stream slot, a key's quota claim, a mailbox, an encoder) until ``finish`` releases it all and
 writes the request's one completion log line, however the request ends.
+
+A request with nothing to speak is an exchange too, a silent one: its audio is ``SILENCE_S`` of
+zeros made here and encoded like any audio, so every transport answers it in the format and
+rate asked for, through its own path, and agent frameworks get the audio frame they wait for
+(an error, or a 200 with no audio, fails or stalls their turn). Admission knows most such texts
+at once (no worker is asked); the worker finds the rest and says so before any audio.
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ from ttsvc.voice import SAMPLE_RATE
 
 log = get_logger("gateway")
 
+SILENCE_S = 0.05
+"""The audio of a request with nothing to speak: one frame long enough for any codec and for
+the agent frameworks (LiveKit's and Pipecat's) to take it as a turn's audio."""
+
 
 class SynthesisExchange:
     """One request's life on the gateway: admitted, dispatched, streamed, finished exactly once.
@@ -47,10 +57,11 @@ class SynthesisExchange:
         self,
         state: GatewayState,
         caller: Caller,
-        pool: WorkerPool,
-        wid: int,
+        pool: WorkerPool | None,
+        wid: int | None,
         job: SynthesisJob,
         qsize: int,
+        silence_if_empty: bool = True,
     ) -> None:
         self.state = state
         self.caller = caller
@@ -75,6 +86,11 @@ class SynthesisExchange:
         self.ticket: Ticket | None = None
         """The key's quota claim, settled with the audio really produced."""
         self.encoder: Encoder | None = None
+        self.silence_if_empty = silence_if_empty
+        """Nothing to speak is answered with silence (the order's ``empty_text``)."""
+        self.silent = False
+        """Nothing was spoken: its audio is ``SILENCE_S`` of zeros, its completion line says
+        ``empty_text`` with a 200; the transports say so (a header, a field)."""
         state.inflight += 1
         state.idle.clear()
         state.aborts[self] = self.abort
@@ -86,6 +102,7 @@ class SynthesisExchange:
         cancelled in the worker (dropped from its queue, never synthesized) and is recorded as
         499, not left to be synthesized for nobody.
         """
+        assert self.pool is not None and self.wid is not None
         self.box = await self.pool.submit(self.wid, self.job)
         audio = asyncio.ensure_future(self.box.get())
         gone = asyncio.ensure_future(self.caller.gone())
@@ -106,8 +123,9 @@ class SynthesisExchange:
             raise QueueTimeout(f"no audio within the {timeout:g} s queue deadline")
         msg = audio.result()
         if isinstance(msg, StreamError):
-            silent = msg.type == NothingToSay.type and self.caller.empty_is_silence
-            self.finish(msg.type, cancel=True, code=200 if silent else msg.status)
+            if msg.type == NothingToSay.type and self.silence_if_empty:
+                return self.silence()  # the worker's stream is over: nothing to cancel
+            self.finish(msg.type, cancel=True, code=msg.status)
             raise WorkerReportedError(msg)
         if isinstance(msg, StreamDone):
             empty = TTSError("the stream ended without audio")
@@ -119,6 +137,14 @@ class SynthesisExchange:
         metrics.ttfa.observe(self.first_audio_s)
         metrics.queue_wait.observe(msg.queued_s)
         return msg
+
+    def silence(self) -> AudioChunkMsg:
+        """The silent exchange's one chunk: ``SILENCE_S`` of zeros at its rate (``rest`` then
+        ends it, recorded ``empty_text`` with a 200)."""
+        self.silent = True
+        self.first_audio_s = time.perf_counter() - self.started
+        pcm = bytes(2 * round(SILENCE_S * self.rate))
+        return AudioChunkMsg(self.job.uid, pcm, 0, "", compute_s=0.0)
 
     def received(self, msg: AudioChunkMsg) -> None:
         """Account one chunk as it goes out: gap since the last one, and whether a client playing
@@ -138,6 +164,9 @@ class SynthesisExchange:
         mid-stream, the stream is aborted, or the worker sends nothing for the stream for the
         worker silence timeout (it would be killed by then if the whole worker were silent;
         this catches a stream lost inside a live worker)."""
+        if self.silent:  # its one chunk was the first
+            self.finish(NothingToSay.type, code=200)
+            return
         assert self.box is not None
         timeout = self.state.settings.worker_silence_timeout_s
         while True:
@@ -205,9 +234,10 @@ class SynthesisExchange:
             return
         self._finished = True
         self.state.aborts.pop(self, None)
-        if cancel:
-            self.pool.cancel(self.wid, self.job.uid)
-        self.pool.forget(self.job.uid)
+        if self.pool is not None and self.wid is not None:
+            if cancel and not self.silent:  # a silent one's worker (if any) has ended it
+                self.pool.cancel(self.wid, self.job.uid)
+            self.pool.forget(self.job.uid)
         self.state.inflight -= 1
         if self.state.inflight == 0:
             self.state.idle.set()
@@ -289,8 +319,15 @@ async def start_exchange(
     """
     settings = state.settings
     caller.text_len = len(order.text)  # its record says it, whatever refuses it
-    script, spoken = await compose(state, order)
-    admitted = admit(state, order, caller)
+    try:
+        script, spoken = await compose(state, order)
+    except NothingToSay:  # SSML of only markup
+        if order.empty_text == "error":
+            raise
+        script, spoken = None, order.text
+        admitted = admit(state, order, caller, nothing=True)
+    else:
+        admitted = admit(state, order, caller, plain=script is None and not order.ssml)
     pool, wid, qsize, rate = admitted.pool, admitted.wid, admitted.qsize, admitted.rate
     key = caller.key
     # ids are always ours: a client reusing an id must not reach another request's stream
@@ -303,17 +340,22 @@ async def start_exchange(
                        order.sentence_silence, rate, settings.max_audio_s,
                        None if key is None else key.name, order.voice,
                        order.speaker, order.timestamps, script)  # fmt: skip
-    exchange = SynthesisExchange(state, caller, pool, wid, job, qsize)
+    exchange = SynthesisExchange(state, caller, pool, wid, job, qsize,
+                                 silence_if_empty=order.empty_text == "silence")  # fmt: skip
     exchange.buffered = not order.stream
     exchange.ticket = admitted.ticket
     exchange.encoder = admitted.encoder
-    state.metrics.format_requests.labels(order.format.name, order.api).inc()
-    try:
-        first = await exchange.first(settings.queue_timeout_s)
-    except BaseException:
-        exchange.release_encoder()
-        raise
-    pool.observe(wid, first.compute_s * 1000.0)  # worker-side time: see balancer_sim
     exchange.rate = rate
+    state.metrics.format_requests.labels(order.format.name, order.api).inc()
+    if admitted.silent:
+        first = exchange.silence()
+    else:
+        try:
+            first = await exchange.first(settings.queue_timeout_s)
+        except BaseException:
+            exchange.release_encoder()
+            raise
+    if pool is not None and wid is not None and not exchange.silent:
+        pool.observe(wid, first.compute_s * 1000.0)  # worker-side time: see balancer_sim
     exchange.received(first)
     return exchange, first

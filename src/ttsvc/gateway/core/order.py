@@ -10,7 +10,7 @@ once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -28,6 +28,22 @@ def _lexicon_name(name: str) -> str:
     if problem is not None:
         raise ValueError(problem)
     return name
+
+
+EmptyText = Literal["silence", "error"]
+"""What a request with nothing to speak (blank, only symbols or emoji, SSML of only markup) is
+answered with: ``silence``, a short silence (``exchange.SILENCE_S``) in the format asked for,
+marked as such; ``error``, the 422 ``empty_text``."""
+
+
+def empty_text_mode(value: object) -> EmptyText:
+    """``empty_text`` where a protocol's own schema cannot declare it (a WebSocket's query, a
+    Wyoming event): unset is ``silence``; anything else but the two is a 422 naming it."""
+    if value is None:
+        return "silence"
+    if value not in get_args(EmptyText):
+        raise InvalidParameter('empty_text must be "silence" or "error"', field="empty_text")
+    return value  # type: ignore[return-value]
 
 
 class VoiceSettings(BaseModel):
@@ -50,6 +66,8 @@ class VoiceSettings(BaseModel):
         None, max_length=16)
     """Loaded lexicons to apply, by name (``GET /lexicons``; unset: those of the voice's
     language; ``[]``: none)."""
+    empty_text: EmptyText = "silence"
+    """Nothing to speak: a short silence (default) or the 422 ``empty_text``."""
 
     def reads_ssml(self, text: str) -> bool:
         """Whether ``text`` is read as SSML: as the request says, else if it starts like SSML.
@@ -91,6 +109,8 @@ class SpeechOrder:
     """``text`` is an SSML document (``core/script.py`` reads it)."""
     lexicons: tuple[str, ...] | None = None
     """The loaded lexicons to apply, by name (``None``: those of the voice's language)."""
+    empty_text: EmptyText = "silence"
+    """Nothing to speak: answered with a short silence, or (``error``) refused with a 422."""
 
     @classmethod
     def from_settings(cls, settings: VoiceSettings, *, text: str, voice: str,
@@ -104,7 +124,7 @@ class SpeechOrder:
                    sample_rate=output_rate(format, settings.sample_rate), speaker=speaker,
                    timestamps=timestamps, ssml=settings.reads_ssml(text),
                    lexicons=None if settings.lexicons is None else tuple(settings.lexicons),
-                   )  # fmt: skip
+                   empty_text=settings.empty_text)  # fmt: skip
 
 
 def output_rate(fmt: OutputFormat, requested: int | None) -> int | None:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ttsvc.errors import TimestampsUnavailable
 from ttsvc.gateway.core.elevenlabs import Alignment, Char, ElevenLabsVoiceSettings, output_format
-from ttsvc.gateway.core.order import SpeechOrder
+from ttsvc.gateway.core.order import EmptyText, SpeechOrder
 from ttsvc.gateway.core.state import GatewayState
 from ttsvc.gateway.http.caller import http_caller
 from ttsvc.gateway.http.speech import synthesis_response
@@ -51,6 +51,9 @@ class TextToSpeechRequest(BaseModel):
     previous_text: str | None = None
     next_text: str | None = None
     apply_text_normalization: str | None = None
+    empty_text: EmptyText = "silence"
+    """Ours (ElevenLabs' schema takes extra fields): a ``text`` with nothing to speak is a short
+    silence, or with ``"error"`` the 422 ``empty_text``."""
 
 
 class AlignedBody(AudioBody):
@@ -142,7 +145,6 @@ def add_elevenlabs_routes(app: FastAPI, state: GatewayState,
                     fmt_name: str | None, *, stream: bool, aligned: type[AlignedBody] | None,
                     ) -> Response:  # fmt: skip
         caller = http_caller(request)
-        caller.empty_is_silence = True  # an agent's route: nothing to say is no audio, not a 422
         voice = state.resolve_voice(voice_id)
         fmt, rate = output_format(fmt_name)
         caller.labels["format"] = fmt.name
@@ -155,7 +157,8 @@ def add_elevenlabs_routes(app: FastAPI, state: GatewayState,
         settings = body.voice_settings
         speed = settings.speed if settings is not None and settings.speed is not None else SPEED
         order = SpeechOrder(text=body.text, voice=voice, format=fmt, stream=stream, api=API,
-                            speed=speed, sample_rate=rate, timestamps=timestamps)  # fmt: skip
+                            speed=speed, sample_rate=rate, timestamps=timestamps,
+                            empty_text=body.empty_text)  # fmt: skip
         framing = None if aligned is None else aligned(body.text, rate, timestamps)
         return await synthesis_response(state, order, request, framing)
 

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ttsvc.gateway.core.order import EmptyText
 from ttsvc.ranges import SPEED, Speed
 
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
@@ -53,6 +54,9 @@ class SpeechRequest(BaseModel):
     stream: bool | None = None
     """Ours: ``false`` sends one file with exact sizes; unset streams as OpenAI does, except
     flac, which is sent whole (its header must hold the sample count for readers)."""
+    empty_text: EmptyText = "silence"
+    """Ours (the OpenAI SDK sends it in ``extra_body``): an ``input`` with nothing to speak is
+    a short silence, or with ``"error"`` the 422 ``empty_text``."""
 
 
 def openai_error(body: dict[str, str]) -> dict[str, object]:

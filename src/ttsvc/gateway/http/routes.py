@@ -224,7 +224,6 @@ def _add_speech(
     async def speech(body: SpeechRequest, request: Request) -> Response:
         caller = http_caller(request)
         caller.labels.update(format=body.response_format, stream_format=body.stream_format)
-        caller.empty_is_silence = True  # an agent's route: nothing to say is no audio, not a 422
         if body.model not in OPENAI_MODELS:
             raise UnknownModel(f"unknown model {body.model!r}: GET /v1/models lists them",
                                field="model")  # fmt: skip
@@ -242,7 +241,8 @@ def _add_speech(
         order = SpeechOrder(text=body.input, voice=voice, format=fmt,
                             stream=streamed(fmt, body.stream), api="openai", speed=body.speed,
                             sample_rate=OPENAI_RATE, timestamps=body.timestamps,
-                            ssml=state.settings.openai_ssml and is_ssml(body.input))
+                            ssml=state.settings.openai_ssml and is_ssml(body.input),
+                            empty_text=body.empty_text)  # fmt: skip
         if body.stream_format == "sse":
             events = SpeechEventBody(len(body.input), state.frames_per_s(voice), body.timestamps)
             return await synthesis_response(state, order, request, events)

@@ -3,7 +3,8 @@
 ``synthesis_response`` is the one path of every HTTP API (``/synthesize``, ``/v1/audio/speech``,
 ``/synthesize/with-timestamps``): it starts the core's exchange for the request's ``Caller`` and
 frames the encoded audio as the API sends it; the response it returns finishes the exchange
-however it ends.
+however it ends. A request with nothing to speak is answered the same way, with its exchange's
+short silence, and says so in ``X-Empty-Text: true``.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from ttsvc.audio.encode import Encoder
-from ttsvc.errors import NothingToSay, TTSError
 from ttsvc.gateway.core.exchange import SynthesisExchange, WorkerReportedError, start_exchange
 from ttsvc.gateway.core.order import SpeechOrder
-from ttsvc.gateway.core.records import record_refusal
 from ttsvc.gateway.core.state import GatewayState
-from ttsvc.gateway.http.caller import HttpCaller, http_caller
+from ttsvc.gateway.http.caller import http_caller
 from ttsvc.gateway.http.sse import AudioBody
+
+EMPTY_TEXT_HEADER = "X-Empty-Text"
+"""Set (``true``) on the answer to a text with nothing to speak: its audio is a short silence."""
 
 
 class ExchangeStreamingResponse(StreamingResponse):
@@ -51,13 +52,7 @@ async def synthesis_response(
     audio, framed by ``framing`` (the audio as it is, OpenAI's speech events, or audio with word
     timestamps)."""
     body = framing or AudioBody()
-    caller = http_caller(request)
-    try:
-        exchange, first = await start_exchange(state, order, caller)
-    except TTSError as exc:
-        if exc.type != NothingToSay.type or not caller.empty_is_silence:
-            raise
-        return _silence(state, order, caller, body, exc)
+    exchange, first = await start_exchange(state, order, http_caller(request))
     rate = exchange.rate
     headers = {
         "X-Request-Id": exchange.job.uid,
@@ -66,6 +61,9 @@ async def synthesis_response(
         "X-Accel-Buffering": "no",
         "Cache-Control": "no-store",
     }
+    if exchange.silent:  # nothing to speak: its silence came from no engine
+        del headers["X-Engine-Version"]
+        headers[EMPTY_TEXT_HEADER] = "true"
     media = body.media_type or order.format.media_type(rate)
 
     if not order.stream:
@@ -91,20 +89,3 @@ async def synthesis_response(
 
     return ExchangeStreamingResponse(exchange, body_iter(), media, headers)
 
-
-def _silence(state: GatewayState, order: SpeechOrder, caller: HttpCaller, body: AudioBody,
-             nothing: TTSError) -> Response:  # fmt: skip
-    """An agent route's answer to a text with nothing to say: a well-formed response with no
-    audio (a WAV header, an empty SSE stream that still ends with its ``done`` event), recorded
-    once with a 200 (an exchange whose worker found nothing to say recorded itself)."""
-    rate = order.sample_rate or state.native_rate(order.voice)
-    encoder = Encoder(order.format, rate, streamed=order.stream)
-    try:
-        data = encoder.finish()  # no samples: a header at most, nothing to encode off the loop
-    finally:
-        encoder.close()
-    uid = record_refusal(state, caller, nothing.to_body(), 200)
-    headers = {"X-Request-Id": uid, "X-Sample-Rate": str(rate), "Cache-Control": "no-store"}
-    return Response(body.audio(data, None) + body.end(0.0),
-                    media_type=body.media_type or order.format.media_type(rate),
-                    headers=headers)  # fmt: skip

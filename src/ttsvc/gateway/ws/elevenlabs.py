@@ -40,7 +40,6 @@ from ttsvc.errors import (
     Draining,
     InvalidParameter,
     KeyStreamsExceeded,
-    NothingToSay,
     ShutDown,
     TextTooLong,
     TimestampsUnavailable,
@@ -51,7 +50,7 @@ from ttsvc.gateway.core.elevenlabs import Alignment, Char, output_format
 from ttsvc.gateway.core.exchange import SynthesisExchange, WorkerReportedError, start_exchange
 from ttsvc.gateway.core.idle import IdleClock, IdleConnection
 from ttsvc.gateway.core.keys import ApiKey
-from ttsvc.gateway.core.order import SpeechOrder
+from ttsvc.gateway.core.order import EmptyText, SpeechOrder, empty_text_mode
 from ttsvc.gateway.core.records import record_refusal
 from ttsvc.gateway.core.state import GatewayState
 from ttsvc.gateway.ws.elevenlabs_messages import (
@@ -138,7 +137,7 @@ class ElevenLabsSession:
     def __init__(self, state: GatewayState, ws: WebSocket, key: ApiKey | None, voice: str,
                  fmt: OutputFormat, rate: int, *, single: bool, per_context: bool,
                  timestamps: bool, idle_s: float | None = None,
-                 auto: bool = False) -> None:  # fmt: skip
+                 auto: bool = False, empty_text: EmptyText = "silence") -> None:  # fmt: skip
         self.state = state
         self.ws = ws
         self.key = key
@@ -152,6 +151,8 @@ class ElevenLabsSession:
         self.timestamps = timestamps
         self.auto = auto
         """ElevenLabs' ``auto_mode``: every text message is a whole unit, spoken at once."""
+        self.empty_text: EmptyText = empty_text
+        """A sentence with nothing to speak: a short silence, or (``error``) an error message."""
         self.sid = uuid.uuid4().hex
         self.contexts: dict[str, _Context] = {}
         self.opened = 0
@@ -338,12 +339,12 @@ class ElevenLabsSession:
     async def _sentence(self, ctx: _Context, text: str, complete_at: float) -> None:
         """Speak one sentence of ``ctx``; a refusal is recorded and sent as an error."""
         order = SpeechOrder(text=text, voice=self.voice, format=self.fmt, stream=True, api=API,
-                            speed=ctx.speed, sample_rate=self.rate,
-                            timestamps=self.timestamps)  # fmt: skip
+                            speed=ctx.speed, sample_rate=self.rate, timestamps=self.timestamps,
+                            empty_text=self.empty_text)  # fmt: skip
         while True:
             # each try is a request of its own, recorded once (by its exchange or as refused)
             caller = Caller(started=complete_at, key=self.key, labels={"format": self.fmt.name},
-                            gone=functools.partial(self._left, ctx), empty_is_silence=True,
+                            gone=functools.partial(self._left, ctx),
                             client_request_id=self.ws.headers.get("x-request-id"))  # fmt: skip
             try:
                 exchange, first = await start_exchange(self.state, order, caller)
@@ -369,9 +370,6 @@ class ElevenLabsSession:
                 self.settled.set()
 
     async def _refused(self, ctx: _Context, caller: Caller, exc: TTSError) -> None:
-        if exc.type == NothingToSay.type:  # an agent's route: nothing to say is no audio
-            record_refusal(self.state, caller, exc.to_body(), 200)  # once: see Caller.recorded
-            return
         record_refusal(self.state, caller, exc.to_body(), exc.status)
         await self._emit(error_message(exc, self._cid(ctx)))
         if (code := FATAL.get(exc.type)) is not None:
@@ -388,11 +386,12 @@ class ElevenLabsSession:
         align = Alignment(text, self._ms(ctx.samples))
         async for data, msg in exchange.encoded(first):
             if msg is None:  # what the encoder held back, after the last chunk
-                await self._audio(ctx, data, 0, align.rest(self._ms(ctx.samples)))
+                await self._audio(ctx, data, 0, align.rest(self._ms(ctx.samples)),
+                                  empty=exchange.silent)  # fmt: skip
             else:
                 samples = len(msg.pcm) // 2
                 chars = align.words(msg.words, self._ms(ctx.samples + samples))
-                await self._audio(ctx, data, samples, chars)
+                await self._audio(ctx, data, samples, chars, empty=exchange.silent)
         if exchange.failure is not None:
             await self._emit(error_message(WorkerReportedError(exchange.failure),
                                            self._cid(ctx)))  # fmt: skip
@@ -408,8 +407,10 @@ class ElevenLabsSession:
     def _final(self, ctx: _Context) -> dict[str, object]:
         return {"isFinal": True, **({} if self.single else {"contextId": ctx.cid})}
 
-    async def _audio(self, ctx: _Context, data: bytes, samples: int, chars: list[Char]) -> None:
-        """Send one piece of ``ctx``'s audio (``samples`` long) with the characters it covers."""
+    async def _audio(self, ctx: _Context, data: bytes, samples: int, chars: list[Char], *,
+                     empty: bool = False) -> None:  # fmt: skip
+        """Send one piece of ``ctx``'s audio (``samples`` long) with the characters it covers
+        (``empty``: the short silence of a sentence with nothing to speak)."""
         alignment = ctx.clock.message(chars)
         ctx.samples += samples
         self.samples += samples
@@ -422,6 +423,8 @@ class ElevenLabsSession:
             message["alignment"] = message["normalizedAlignment"] = alignment
         if not self.single:
             message["contextId"] = ctx.cid
+        if empty:
+            message["empty_text"] = True
         await self._emit(message)
 
     async def _emit(self, message: dict[str, object]) -> None:
@@ -480,6 +483,7 @@ def install(app: FastAPI, state: GatewayState) -> None:
         try:
             fmt, rate = output_format(query.get("output_format"))
             idle_s = inactivity(query.get("inactivity_timeout"), state.settings.ws_idle_timeout_s)
+            empty_text = empty_text_mode(query.get("empty_text"))
         except TTSError as exc:  # after the handshake, as ElevenLabs refuses it: 1008
             record_refusal(state, Caller(started=started, key=key), exc.to_body(), exc.status)
             with contextlib.suppress(Exception):
@@ -489,7 +493,8 @@ def install(app: FastAPI, state: GatewayState) -> None:
         session = ElevenLabsSession(state, ws, key, voice, fmt, rate, single=single,
                                     per_context=query.get("sync_alignment", "").lower() == "true",
                                     timestamps=timestamps, idle_s=idle_s,
-                                    auto=query.get("auto_mode", "").lower() == "true")  # fmt: skip
+                                    auto=query.get("auto_mode", "").lower() == "true",
+                                    empty_text=empty_text)  # fmt: skip
         try:
             await session.run()
         finally:

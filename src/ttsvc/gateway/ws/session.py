@@ -369,7 +369,7 @@ class StreamSession:
             if not sentence.after_flush and self.silence:
                 await self._audio(sentence, self.silence, None, 0)
             start = self.offset
-            await self._audio(sentence, item.first.pcm, item.first, start)
+            await self._audio(sentence, item.first.pcm, item.first, start, empty=exchange.silent)
             async for msg in exchange.rest():
                 exchange.received(msg)
                 await self._audio(sentence, msg.pcm, msg, start)
@@ -384,11 +384,14 @@ class StreamSession:
     # --- sending ---
 
     async def _audio(self, sentence: _Sentence, pcm: bytes, chunk: AudioChunkMsg | None,
-                     start: int) -> None:  # fmt: skip
-        """Send one chunk of ``sentence``, whose own audio began at sample ``start``."""
+                     start: int, *, empty: bool = False) -> None:  # fmt: skip
+        """Send one chunk of ``sentence``, whose own audio began at sample ``start``
+        (``empty``: the short silence of a sentence with nothing to speak)."""
         message: dict[str, object] = {"type": "audio", "sentence": sentence.index,
                                       "offset": self.offset,
                                       "audio": base64.b64encode(pcm).decode("ascii")}  # fmt: skip
+        if empty:
+            message["empty_text"] = True
         if chunk is not None and (words := chunk_words(chunk, start / self.rate, sentence.at)):
             message["words"] = [w for w in words if "mark" not in w]
             if marks := [w for w in words if "mark" in w]:

@@ -10,9 +10,12 @@ Events: ``describe`` → ``info`` (every served voice, ``supports_synthesize_str
 as it is complete (``ttsvc.text.incremental``) and ends with ``audio-stop`` and
 ``synthesize-stopped``. Home Assistant also sends the whole text as a ``synthesize`` inside its
 streams (for servers that do not stream): a connection that streams ignores it, or every reply
-would be spoken twice. A failure is an ``error`` event (``code`` is the HTTP error's ``type``),
-after which the server closes the connection: Home Assistant does not read ``error`` and waits
-for audio or the end of the connection.
+would be spoken twice. Text with nothing to speak (an emoji) is a short silence, its
+``audio-chunk`` events marked ``empty_text: true``; ``"empty_text": "error"`` in the data of
+``synthesize`` or ``synthesize-start`` asks for the old answer instead (an ``error`` for a
+``synthesize``, nothing for a sentence of a stream). A failure is an ``error`` event (``code``
+is the HTTP error's ``type``), after which the server closes the connection: Home Assistant does
+not read ``error`` and waits for audio or the end of the connection.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from ttsvc.errors import NothingToSay, TTSError
 from ttsvc.gateway.core.caller import Caller
 from ttsvc.gateway.core.exchange import WorkerReportedError, start_exchange
 from ttsvc.gateway.core.keys import ApiKey
-from ttsvc.gateway.core.order import SpeechOrder
+from ttsvc.gateway.core.order import EmptyText, SpeechOrder, empty_text_mode
 from ttsvc.gateway.core.records import record_refusal
 from ttsvc.gateway.core.state import GatewayState
 from ttsvc.gateway.wyoming.events import EventLimits, EventReader, IdleConnection
@@ -74,11 +77,13 @@ class _Once:
 
     text: str
     voice: SynthesizeVoice | None
+    empty_text: EmptyText
 
 
 @dataclass(frozen=True)
 class _Start:
     voice: SynthesizeVoice | None
+    empty_text: EmptyText
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,7 @@ class WyomingHandler(AsyncEventHandler):
         self.speaker = asyncio.ensure_future(self._speak())
         # the stream being answered: its voice, whether audio-start went out, audio sent so far
         self.voice: Voice | None = None
+        self.empty_text: EmptyText = "silence"
         self.started = False
         self.sent_s = 0.0
 
@@ -174,6 +180,9 @@ class WyomingHandler(AsyncEventHandler):
             return False
         try:
             await self._take(event)
+        except TTSError as exc:  # a field of ours refused (``empty_text``)
+            await self._fail(exc.type, exc.message)
+            return False
         except (KeyError, TypeError, ValueError, AttributeError):
             await self._fail("invalid_parameter", f"malformed {event.type!r} event: "
                              f"{json.dumps(event.data, default=str)[:200]}")  # fmt: skip
@@ -187,13 +196,15 @@ class WyomingHandler(AsyncEventHandler):
         elif Synthesize.is_type(event.type):
             if not self.streamed:
                 synthesize = Synthesize.from_event(event)
-                self.work.put_nowait(_Once(_text(synthesize.text), _voice(synthesize.voice)))
+                self.work.put_nowait(_Once(_text(synthesize.text), _voice(synthesize.voice),
+                                           empty_text_mode(event.data.get("empty_text"))))
         elif SynthesizeStart.is_type(event.type):
             if self.buffer is not None:  # a new stream ends the one left open
                 self._stop_stream()
             self.streamed = True
             self.buffer = SentenceBuffer(self.state.settings.max_sentence_chars)
-            self.work.put_nowait(_Start(_voice(SynthesizeStart.from_event(event).voice)))
+            self.work.put_nowait(_Start(_voice(SynthesizeStart.from_event(event).voice),
+                                        empty_text_mode(event.data.get("empty_text"))))
         elif SynthesizeChunk.is_type(event.type):
             if self.buffer is not None:
                 for sentence in self.buffer.append(_text(SynthesizeChunk.from_event(event).text)):
@@ -247,6 +258,7 @@ class WyomingHandler(AsyncEventHandler):
                 self._refused(self._caller(), exc)
                 raise
             self.started, self.sent_s = False, 0.0
+            self.empty_text = work.empty_text
         if isinstance(work, _Once):
             await self._synthesize(work.text)
             await self._end_audio()
@@ -300,7 +312,8 @@ class WyomingHandler(AsyncEventHandler):
         state = self.state
         order = SpeechOrder(text=text, voice=self.voice.name, speaker=self.voice.speaker,
                             format=FORMATS["pcm"], stream=True, api="wyoming",
-                            sentence_silence=SENTENCE_SILENCE_S)  # fmt: skip
+                            sentence_silence=SENTENCE_SILENCE_S,
+                            empty_text=self.empty_text)  # fmt: skip
         rate = state.native_rate(self.voice.name)
         caller = self._caller()
         try:
@@ -323,8 +336,10 @@ class WyomingHandler(AsyncEventHandler):
                 for at in range(0, len(pcm), step):
                     piece = pcm[at : at + step]
                     chunk = AudioChunk(rate=rate, width=WIDTH, channels=CHANNELS, audio=piece,
-                                       timestamp=round(1000 * self.sent_s))  # fmt: skip
-                    await self._write(chunk.event())
+                                       timestamp=round(1000 * self.sent_s)).event()  # fmt: skip
+                    if exchange.silent:  # nothing to speak: the data has room to say so
+                        chunk.data["empty_text"] = True
+                    await self._write(chunk)
                     self.sent_s += len(piece) / WIDTH / rate
         finally:
             exchange.finish("cancelled", cancel=True)  # no-op after a normal end
