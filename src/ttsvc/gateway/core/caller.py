@@ -41,6 +41,9 @@ class Caller:
     422 (agent frameworks count an error as a failed turn, and close a session after a few)."""
 
     # what the core writes back as the request goes
+    voice: str | None = None
+    """The voice it asked for, once resolved (``GatewayState.resolve_voice``): what its
+    completion line names if it is refused before dispatch (unset: the default voice)."""
     text_len: int | None = None
     """Its text's length once admission read it (the completion line's ``text_len``)."""
     request_id: str | None = None
