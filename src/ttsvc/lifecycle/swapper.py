@@ -186,8 +186,8 @@ class EngineSwapper:
         events come in batches). The wait ends as soon as the voice serves, or as soon as no
         version is being judged any more (then it will not serve by itself: the caller
         answers at once)."""
-        if self.current is not None:
-            return True
+        if self.current is not None or self._stop.is_set():
+            return self.current is not None
         look = self._look_now()
 
         async def settled() -> None:
