@@ -1,11 +1,13 @@
 """``ttsvc voices`` as a user runs it: a real subprocess against a loopback catalogue mirror.
 
-The good pull compiles for real (10 to 30 s), once for the module.
+The good pull compiles for real (10 to 30 s), once for the module, and once more into the
+engines directory of a running ``ttsvc serve``.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine_files import VOICE
+from tests.gateway.serving import Server
 from tests.voice_mirror import (
     MODEL_PATH,
     TEST_VOICE,
@@ -93,6 +97,35 @@ def test_pull_skips_a_published_voice_unless_forced(
     assert result.returncode == 0, result.stderr
     assert "already published (version 1); skipped (--force" in result.stderr
     assert [v.version for v in EngineRepository(root).versions(TEST_VOICE)] == [1]
+
+
+def test_a_voice_pulled_while_serving_answers_right_after_it_is_published(
+    mirror: Mirror, engines_root: Path, tmp_path: Path
+) -> None:
+    """The pull ends when the voice is renamed into place (``published``); the request sent at
+    once is not refused while the service verifies the voice (hashes, copies and stages it,
+    its canary on a worker): it waits for it, server-side, and is answered. Then ``/health``
+    and ``GET /voices`` name the same ready voices, and the request's completion line names
+    the voice it asked for."""
+    root = tmp_path / "engines"
+    shutil.copytree(engines_root, root)
+    # a bound no shared CI machine reaches: this test is about waiting, not about its bound
+    server = Server(root, "--workers", "1", "--voice-wait", "120")
+    try:
+        server.wait_ready(1)
+        result = _pull(mirror, root, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert f"published {TEST_VOICE} version 1" in result.stdout
+        response = server.synth("Pulled a moment ago.", voice=TEST_VOICE, stream=False)
+        assert response.status_code == 200, response.text
+        ready = server.client.get("/health").json()["voices"]
+        states = {v["name"]: v["state"] for v in server.client.get("/voices").json()["voices"]}
+        assert ready == [VOICE, TEST_VOICE]
+        assert [name for name, state in states.items() if state == "serving"] == ready
+        lines = [c for c in server.completions() if c["uid"] == response.headers["x-request-id"]]
+        assert [(line["voice"], line["code"]) for line in lines] == [(TEST_VOICE, 200)]
+    finally:
+        server.stop()
 
 
 def test_list_without_available_is_engines_ls(

@@ -129,6 +129,11 @@ class Settings(BaseSettings):
     """Client addresses or networks (``192.168.1.0/24``, ``10.0.0.7``; in the environment a
     JSON list) that may connect to the Wyoming port; empty: any. A client outside them gets an
     ``error`` event and is disconnected."""
+    wyoming_ssml: bool = False
+    """Read Wyoming text that starts like an SSML document (``<speak>``) as SSML (``break``,
+    ``say-as``, ``prosody``, ...), a one-shot ``synthesize``'s or a whole text stream's (held
+    and spoken at its end). Off, the default: the protocol defines plain text, and an LLM's
+    reply is read as written."""
     wyoming_max_connections: int = Field(64, ge=1, le=100_000)
     """Wyoming connections open at once; one more gets an ``error`` event and is closed."""
     wyoming_idle_timeout_s: float = Field(30.0, gt=0, le=3600)
@@ -154,6 +159,12 @@ class Settings(BaseSettings):
     max_streams_per_worker: int = Field(ge=1, le=1024)
     """Streams a worker process may hold, computing or waiting for real-time capacity; beyond,
     429 with Retry-After. Unset: ``STREAMS_PER_THREAD`` per compute thread."""
+    voice_wait_s: float = Field(10.0, ge=0, le=600)
+    """A request for a voice still being verified (a version just published or pulled, or a
+    voice found at start-up after the default one: its files hashed and copied, its canary run
+    on one worker, a few seconds) waits up to this long for it to serve instead of being
+    refused; past it, or with 0, 503 ``engine_unavailable``. A voice that serves answers at
+    once, and one with no version left to judge is refused at once."""
     queue_timeout_s: float = Field(10.0, gt=0, le=600)
     """A request that gets no first audio within this is failed (503) and cancelled."""
     max_body_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)

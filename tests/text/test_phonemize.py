@@ -150,3 +150,24 @@ def test_a_child_killed_between_calls_is_replaced_without_failing_a_text() -> No
         assert espeak.pid != killed
     finally:
         espeak.close()
+
+
+RELAYED = """
+import sys
+from ttsvc.observability.logs import capture_stray_output, configure_logging
+from ttsvc.text.phonemize import close_phonemizer, phonemize
+configure_logging("info", sys.stdout, "json")
+relay = capture_stray_output(native=True)
+phonemize("Hello there.", "en-us")  # starts the espeak-ng child: it inherits fd 2, the relay pipe
+close_phonemizer()
+sys.exit(0 if relay.close() else 3)
+"""
+
+
+def test_a_process_ending_with_a_relay_of_stderr_is_not_held_by_its_espeak_child() -> None:
+    """The worker's exit: its relay of file descriptor 2 reaches the pipe's end once the
+    espeak-ng child, which holds a write end too, is stopped first (else the relay waited out
+    its timeout and the gateway killed the worker a second into every shutdown)."""
+    result = subprocess.run([sys.executable, "-c", RELAYED], capture_output=True, text=True,
+                            timeout=60, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -265,3 +265,21 @@ def test_a_phoneme_counts_its_symbols_against_the_sentence_cap() -> None:
     error = refused("<speak>\n  <phoneme ph='ə̃ə'>x</phoneme></speak>", max_phonemes=2)
     assert "has 3 symbols, more than the 2 a sentence may hold" in error.message
     assert (error.line, error.column) == (2, 3)
+
+
+def test_a_fragment_reads_as_if_inside_speak_with_spans_and_positions_in_the_source() -> None:
+    """ElevenLabs' SSML is text with inline tags and no root: read inside ``<speak>``, yet every
+    span, and every position an error names, points into the text the client sent."""
+    text = 'Wait <break time="1s"/> now.'
+    parsed = parse_ssml(text, fragment=True)
+    first, pause, second = parsed.script
+    assert isinstance(first, ScriptRun) and isinstance(second, ScriptRun)
+    assert pause == ScriptBreak(1.0)
+    assert [text[slice(*p.source)] for p in (*first.pieces, *second.pieces)] == ["Wait ", " now."]
+    with pytest.raises(InvalidSsml) as caught:
+        parse_ssml("Say <bogus/> it.", fragment=True)
+    assert (caught.value.line, caught.value.column) == (1, 5)
+    document = '<speak>Wait <break time="1s"/> now.</speak>'
+    assert parse_ssml(document, fragment=True) == parse_ssml(document)  # a document is itself
+    with pytest.raises(InvalidSsml):
+        parse_ssml(text)  # without it, a root is required as before

@@ -51,7 +51,8 @@ _FLAG_FIELDS = {"engines_dir": "engines_dir", "voice": "voice", "threads": "thre
                 "ws_max_sessions": "ws_max_sessions", "ws_idle_timeout_s": "ws_idle_timeout_s",
                 "ssml_unknown_elements": "ssml_unknown_elements",
                 "lexicons_dir": "lexicons_dir",
-                "openai_ssml": "openai_ssml"}  # fmt: skip
+                "openai_ssml": "openai_ssml", "voice_wait_s": "voice_wait_s",
+                "wyoming_ssml": "wyoming_ssml"}  # fmt: skip
 
 
 def _settings_default(field: str) -> str | None:

@@ -34,6 +34,9 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--wyoming-allow", action="append", default=None, metavar="NETWORK",
                    help="a client address or network that may connect to the Wyoming port "
                    "(default: any; repeatable)")
+    p.add_argument("--wyoming-ssml", action=argparse.BooleanOptionalAction, default=None,
+                   help="read Wyoming text that starts with <speak as SSML (Home Assistant: "
+                   "breaks, say-as, prosody in a message) (default: off, plain text)")
     p.add_argument("--wyoming-max-connections", type=int, default=None,
                    help="Wyoming connections open at once; one more is refused with an error "
                    "event")
@@ -74,6 +77,9 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "before 429 (default: 20 per compute thread)")
     p.add_argument("--queue-timeout", type=float, default=None, dest="queue_timeout_s",
                    help="seconds a request may wait for its first audio before 503")
+    p.add_argument("--voice-wait", type=float, default=None, dest="voice_wait_s",
+                   help="seconds a request for a voice still being verified (just published "
+                   "or pulled) waits for it before 503 (default 10; 0: at once)")
     p.add_argument("--drain-grace", type=float, default=None, dest="drain_grace_s",
                    help="seconds in-flight streams get to finish after SIGTERM")
     p.add_argument("--idle-timeout", type=float, default=None, dest="idle_timeout_s",

@@ -25,6 +25,7 @@ from ttsvc.observability.logs import get_logger
 from ttsvc.protocol import EngineSpec, StartFailed
 from ttsvc.repository.layout import STAGING_PREFIX
 from ttsvc.repository.watcher import watch_changes
+from ttsvc.voice import name_problem
 
 log = get_logger("catalog")
 
@@ -143,4 +144,16 @@ class VoiceCatalog:
 
     def get(self, voice: str) -> EngineSwapper | None:
         """The swapper of ``voice`` (known to the catalog, serving or not)."""
+        return self.swappers.get(voice)
+
+    async def find(self, voice: str) -> EngineSwapper | None:
+        """The swapper of ``voice``, looking under the root first when the catalog does not
+        know it yet: a voice directory renamed into place a moment ago may not have reached the
+        watcher (its events come in batches), and a request for it must not be told it is
+        unknown."""
+        swapper = self.swappers.get(voice)
+        if swapper is not None or self._stop.is_set() or name_problem(voice) is not None:
+            return swapper
+        if await asyncio.to_thread((self.root / voice).is_dir):
+            await self.scan()
         return self.swappers.get(voice)

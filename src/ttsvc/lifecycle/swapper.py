@@ -42,6 +42,7 @@ not judged again until its bytes change; the serving engines never stop serving 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -151,6 +152,10 @@ class EngineSwapper:
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
+        self._scanned = asyncio.Event()
+        """Set (and replaced) as each rescan ends: what requests waiting for the voice wake on."""
+        self._look: asyncio.Task[None] | None = None
+        self._look_began = False
 
     async def initial(self) -> EngineSpec | None:
         """Verify the versions present, newest first, and start serving the newest good one.
@@ -164,6 +169,49 @@ class EngineSwapper:
                         rejected=[r.line() for r in self.rejected.values()],
                         pending=[r.line() for r in self.pending.values()])  # fmt: skip
         return self.current
+
+    @property
+    def verifying(self) -> bool:
+        """A version is being judged or soon will be: a rescan runs (a candidate's copy, its
+        canary on a staging worker), a candidate waits for a worker to judge it, or a file is
+        still settling. Without one, a voice that does not serve will not by itself."""
+        return self._lock.locked() or self.deferred or bool(self.pending)
+
+    async def until_serving(self, timeout: float) -> bool:
+        """Whether the voice serves, waiting up to ``timeout`` seconds while it is verified
+        (a request for a voice just published, or found at start-up after the default one).
+
+        The directory is looked at again first, by a rescan that begins after this call: a
+        version renamed into place a moment ago may not have reached the watcher yet (its
+        events come in batches). The wait ends as soon as the voice serves, or as soon as no
+        version is being judged any more (then it will not serve by itself: the caller
+        answers at once)."""
+        if self.current is not None or self._stop.is_set():
+            return self.current is not None
+        look = self._look_now()
+
+        async def settled() -> None:
+            await asyncio.wait({look})  # cancelled (a timeout), this leaves the rescan running
+            while self.current is None and self.verifying:
+                await self._scanned.wait()
+
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(settled(), timeout)
+        return self.current is not None
+
+    def _look_now(self) -> asyncio.Task[None]:
+        """A rescan that begins after this call: requests arriving together share one that has
+        not begun yet."""
+        if self._look is None or self._look_began:
+            self._look_began = False
+            self._look = asyncio.ensure_future(self._look_run())
+            self._tasks.add(self._look)
+            self._look.add_done_callback(self._tasks.discard)
+        return self._look
+
+    async def _look_run(self) -> None:
+        self._look_began = True
+        await self._rescan_logged()
 
     def _publish_info(self, spec: EngineSpec, precision: dict[str, str] | None = None) -> None:
         if self.metrics is None:
@@ -239,7 +287,15 @@ class EngineSwapper:
         verifies serves: one whose files do not match its manifest is refused like any other
         that is not serving (the canary judged replaced files only while they served), and the
         fallback is logged once it lands, with the reason each version above it was skipped.
+        Requests waiting for the voice (``until_serving``) look again when it ends.
         """
+        try:
+            await self._rescan()
+        finally:
+            scanned, self._scanned = self._scanned, asyncio.Event()
+            scanned.set()
+
+    async def _rescan(self) -> None:
         async with self._lock:
             versions = await asyncio.to_thread(self.repo.versions, self.voice)
             self.present = bool(versions)

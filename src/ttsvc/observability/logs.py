@@ -257,11 +257,14 @@ class NativeRelay:
                 if line.strip():
                     log.warning("native_stderr", line=line.rstrip("\n"))
 
-    def close(self, timeout: float = 2.0) -> None:
-        """Restore file descriptor 2 and relay what is left in the pipe (bounded wait)."""
-        os.dup2(self._saved, 2)  # the pipe's last write end closes: the relay reads its end
+    def close(self, timeout: float = 2.0) -> bool:
+        """Restore file descriptor 2 and relay what is left in the pipe (bounded wait); returns
+        whether the relay reached the pipe's end. A child process started meanwhile holds a
+        write end of its own until it exits (the worker stops its espeak-ng child first)."""
+        os.dup2(self._saved, 2)  # our last write end closes: the relay reads to the pipe's end
         os.close(self._saved)
         self._thread.join(timeout)
+        return not self._thread.is_alive()
 
 
 def capture_stray_output(native: bool = False) -> NativeRelay | None:

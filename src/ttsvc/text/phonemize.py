@@ -151,6 +151,13 @@ _ESPEAK = EspeakProcess()
 """This process's espeak-ng child, shared by every caller (compute loop and staging threads)."""
 
 
+def close_phonemizer() -> None:
+    """Stop this process's espeak-ng child now, for a process that is about to exit: the child
+    inherited its standard error, so a relay of file descriptor 2 (``NativeRelay``) sees the
+    pipe's end only once the child is gone as well."""
+    _ESPEAK.close()
+
+
 def phonemize(text: str, espeak_voice: str) -> list[list[str]]:
     """Phonemes of ``text``, one list per sentence espeak-ng finds in it.
 

@@ -104,24 +104,37 @@ def _offsets(raw: bytes) -> list[int]:
     return out
 
 
-def _read(source: str) -> _Node:
-    """The document as a tree of elements and text pieces with their source spans."""
+FRAGMENT_ROOT = "<speak>"
+"""What text with inline markup is read inside (``parse_ssml``'s ``fragment``)."""
+
+
+def _read(source: str, lead: int = 0) -> _Node:
+    """The document as a tree of elements and text pieces with their source spans.
+
+    ``lead``: characters the caller put before the client's text (a ``<speak>`` around a
+    fragment), left out of every offset and of the columns of the first line, so that spans and
+    positions point into what the client sent."""
+
+    def column_at(line: int, column: int) -> int:
+        return max(1, column - lead) if line == 1 else column
+
     try:
         raw = source.encode("utf-8")
     except UnicodeEncodeError as exc:  # a lone surrogate from a JSON string
         raise InvalidSsml(f"SSML has a character that is not Unicode text at offset "
-                          f"{exc.start}", line=0, column=0) from exc  # fmt: skip
+                          f"{max(0, exc.start - lead)}", line=0, column=0) from exc  # fmt: skip
     try:
         defusedxml.ElementTree.fromstring(source, forbid_dtd=True)
     except ParseError as exc:
         line, column = exc.position
+        column = column_at(line, column + 1) - 1
         reason = str(exc).split(":")[0]
         raise InvalidSsml(f"SSML is not well-formed XML at line {line}, column {column + 1}: "
                           f"{reason}", line=line, column=column + 1) from exc  # fmt: skip
     except defusedxml.DefusedXmlException as exc:
         raise InvalidSsml(f"SSML may not have a DTD, entities or external references "
                           f"({type(exc).__name__})", line=1, column=1) from exc  # fmt: skip
-    offsets = _offsets(raw)
+    offsets = [max(0, offset - lead) for offset in _offsets(raw)]
     # the bytes are UTF-8 whatever an XML declaration says (the text came as a JSON string)
     parser = expat.ParserCreate(encoding="UTF-8")
     parser.buffer_text = False
@@ -132,7 +145,8 @@ def _read(source: str) -> _Node:
 
     def start(tag: str, attrs: dict[str, str]) -> None:
         nonlocal count
-        line, column = parser.CurrentLineNumber, parser.CurrentColumnNumber + 1
+        line = parser.CurrentLineNumber
+        column = column_at(line, parser.CurrentColumnNumber + 1)
         count += 1
         if len(stack) >= MAX_DEPTH:
             raise InvalidSsml(f"SSML nests deeper than {MAX_DEPTH} elements at line {line}, "
@@ -191,9 +205,10 @@ def _read(source: str) -> _Node:
     try:
         parser.Parse(raw, True)
     except expat.ExpatError as exc:  # the gate read it: only what differs in expat gets here
+        column = column_at(exc.lineno, exc.offset + 1)
         raise InvalidSsml(f"SSML is not well-formed XML at line {exc.lineno}, column "
-                          f"{exc.offset + 1}: {expat.ErrorString(exc.code)}",
-                          line=exc.lineno, column=exc.offset + 1) from exc  # fmt: skip
+                          f"{column}: {expat.ErrorString(exc.code)}",
+                          line=exc.lineno, column=column) from exc  # fmt: skip
     return root[0]
 
 
@@ -497,6 +512,7 @@ def parse_ssml(
     unknown: Unknown = "reject",
     voice_of: Callable[[str], str | None] = lambda _name: None,
     max_phonemes: int | None = None,
+    fragment: bool = False,
 ) -> Parsed:
     """Read SSML ``source`` into a script; ``InvalidSsml`` (a 422 with line, column and reason)
     for anything malformed, unsafe, unknown (``unknown="reject"``) or out of range.
@@ -506,8 +522,13 @@ def parse_ssml(
     ``voice`` element's name means, ``None`` for the request's own voice, ``""`` for none;
     ``max_phonemes``: the most symbols one ``phoneme`` may give (a sentence's length: the
     acoustic model reads a sentence at once, and one of thousands of symbols exhausts its
-    memory)."""
-    root = _read(source)
+    memory); ``fragment``: ``source`` may also be text with inline markup and no root
+    (ElevenLabs' SSML: ``Wait <break time="1s"/> now.``), read as if inside ``<speak>``,
+    spans and positions still in ``source``."""
+    if fragment and not is_ssml(source):
+        root = _read(f"{FRAGMENT_ROOT}{source}</speak>", len(FRAGMENT_ROOT))
+    else:
+        root = _read(source)
     if root.tag != "speak":
         raise _refuse(root, f"the root element is <{root.tag}>, not <speak>")
     per_voice = symbols if callable(symbols) else (lambda _voice: symbols)

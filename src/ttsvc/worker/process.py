@@ -38,6 +38,7 @@ from ttsvc.protocol import (
     WorkerReady,
 )
 from ttsvc.synthesis import Synthesizer
+from ttsvc.text.phonemize import close_phonemizer
 from ttsvc.windows import WindowSchedule
 from ttsvc.worker.batching import batch_limit, scheduler_for
 from ttsvc.worker.costs import measure
@@ -105,6 +106,7 @@ def run_worker(
         log.exception("worker_failed")
         raise SystemExit(1) from None
     finally:
+        close_phonemizer()  # before the relay: the child holds fd 2's pipe open too
         if relay is not None:
             relay.close()
 

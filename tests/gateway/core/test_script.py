@@ -86,6 +86,23 @@ def test_ssml_travels_as_a_script_with_its_spoken_text(core: Core) -> None:
     assert job.text == "Hello there."
 
 
+def test_ssml_with_inline_tags_and_no_root_travels_with_spans_in_the_text_sent(
+    core: Core,
+) -> None:
+    """ElevenLabs' ``enable_ssml_parsing`` marks text with inline tags as SSML (the only API
+    whose SSML has no ``<speak>``): read as inside one, its word spans index the text sent, for
+    the alignment ElevenLabs' clients read."""
+    core.ready()
+    source = 'Hello <break time="300ms"/>there.'
+    job = dispatch(core, dataclasses.replace(order(source, api="elevenlabs"), ssml=True))
+    assert job.script is not None
+    first, pause, second = job.script
+    assert pause == ScriptBreak(0.3) and job.text == "Hello there."
+    assert isinstance(first, ScriptRun) and isinstance(second, ScriptRun)
+    assert [source[slice(*p.source)] for p in (*first.pieces, *second.pieces)] == ["Hello ",
+                                                                                 "there."]
+
+
 @pytest.mark.parametrize("api,field", [("synthesize", "text"), ("openai", "input")])
 def test_bad_ssml_touches_no_worker(core: Core, api: str, field: str) -> None:
     core.ready()

@@ -204,6 +204,32 @@ def test_with_timestamps_is_one_object_of_the_whole(server: Server, key: str) ->
     check_alignment(body["alignment"], TEXT, len(pcm) / rate)
 
 
+def test_enable_ssml_parsing_reads_inline_tags_and_aligns_the_text_sent(
+    server: Server, key: str
+) -> None:
+    """``enable_ssml_parsing=true`` (ElevenLabs' query parameter): the text is SSML with inline
+    tags, no ``<speak>`` (as ElevenLabs takes it); the break is silence, and the alignment
+    still places the characters sent. Without it the text is read as before."""
+    plain = "Hello there. Goodbye now."
+    marked = 'Hello there. <break time="2s"/> Goodbye now.'
+    base = post(server, key, "/stream", {"text": plain}, output_format=f"pcm_{RATE}")
+    r = post(server, key, "/with-timestamps", {"text": marked}, output_format=f"pcm_{RATE}",
+             enable_ssml_parsing="true")  # fmt: skip
+    assert base.status_code == r.status_code == 200, r.text
+    body = r.json()
+    audio = base64.b64decode(body["audio_base64"])
+    added = (len(audio) - len(base.content)) / 2 / RATE
+    assert 1.6 < added < 2.6, added  # the break, give or take the voice's own variation
+    assert "".join(body["alignment"]["characters"]) == marked
+    # a bare "&" is plain text's, and markup's error: the flag alone decides which it is
+    text = {"text": "Tom & Jerry."}
+    assert post(server, key, "", text, output_format=f"pcm_{RATE}").status_code == 200
+    bad = post(server, key, "", text, output_format=f"pcm_{RATE}", enable_ssml_parsing="true")
+    assert bad.status_code == 422 and bad.json()["type"] == "invalid_ssml", bad.text
+    assert post(server, key, "", text, output_format=f"pcm_{RATE}",
+                enable_ssml_parsing="false").status_code == 200  # fmt: skip
+
+
 @pytest.mark.parametrize("route", ["", "/stream", "/stream/with-timestamps", "/with-timestamps"])
 @pytest.mark.parametrize("text", ["  ", "\U0001f642"])
 def test_nothing_to_say_is_a_short_silence(server: Server, key: str, route: str,

@@ -454,3 +454,28 @@ def test_empty_text_error_in_the_query_makes_such_a_sentence_an_error(
         messages = read_to_close(ws)
     assert ws.close_code == 1008
     assert [(m["type"], m["field"]) for m in messages] == [("invalid_parameter", "empty_text")]
+
+
+def test_enable_ssml_parsing_reads_each_message_as_ssml(server: Server, key: str) -> None:
+    """``enable_ssml_parsing=true``: a message's inline tags are read (a ``break`` is that much
+    more audio) and its characters, tags and all, are aligned as sent; without it the same
+    route reads text as text (a bare "&" is no markup error)."""
+    texts = {"ssml": 'Hold on. <break time="2s"/> Okay.', "plain": "Hold on. Okay."}
+
+    def spoken(query: dict[str, str], cid: str, text: str) -> list[Message]:
+        with open_ws(server, key, output_format=f"pcm_{RATE}", auto_mode="true",
+                     **query) as ws:  # fmt: skip
+            send(ws, text=text, context_id=cid)
+            send(ws, context_id=cid, flush=True)
+            send(ws, context_id=cid, close_context=True)
+            messages = read_contexts(ws, {cid})[cid]
+        assert not [m for m in messages if "error" in m], messages
+        return messages
+
+    got = {cid: spoken({"enable_ssml_parsing": "true"}, cid, text)
+           for cid, text in texts.items()}  # fmt: skip
+    added = (len(audio_of(got["ssml"])) - len(audio_of(got["plain"]))) / 2 / RATE
+    assert 1.6 < added < 2.6, added  # the break, give or take the voice's own variation
+    chars = "".join("".join(m["alignment"]["chars"]) for m in got["ssml"] if m.get("alignment"))
+    assert chars.strip() == texts["ssml"]
+    assert audio_of(spoken({}, "unset", "Tom & Jerry."))

@@ -358,3 +358,35 @@ def test_a_client_that_leaves_has_its_request_cancelled(server: Server) -> None:
     server.wait_idle()  # the slot is given back: the stream did not run on for nobody
     (line,) = request_lines(server)[before:]
     assert line["status"] == "cancelled"
+
+
+def test_wyoming_ssml_reads_documents_one_shot_and_streamed(root: Path) -> None:
+    """``--wyoming-ssml``, for Home Assistant: a ``synthesize`` whose text starts with
+    ``<speak>`` is SSML (a break is that much silence), and so is a text stream that is one
+    document, held whole and spoken once at its end, whatever pieces it came in. Plain text and
+    text streams that are no document are spoken as before (covered above without the flag)."""
+    srv = Server(root, "--workers", "1", "--wyoming-port", str(_free_port()), "--wyoming-ssml")
+    try:
+        srv.wait_ready(1)
+        plain = converse(srv, Synthesize(text="Hello there. Goodbye now.").event(),
+                         until=("audio-stop", "error"))  # fmt: skip
+        document = '<speak>Hello there. <break time="2s"/> Goodbye now.</speak>'
+        once = converse(srv, Synthesize(text=document).event(), until=("audio-stop", "error"))
+        start, plain_pcm = audio_of(plain)
+        _, once_pcm = audio_of(once)
+        added = (len(once_pcm) - len(plain_pcm)) / start.rate
+        assert 1.6 < added < 2.6, added  # the break, give or take the voice's own variation
+        before = len(request_lines(srv))
+        pieces = ["<speak>Hello the", 're. <break time="2', 's"/> Goodbye now.</sp', "eak>"]
+        streamed = converse(srv, SynthesizeStart().event(),
+                            *(SynthesizeChunk(text=p).event() for p in pieces),
+                            Synthesize(text=document).event(), SynthesizeStop().event(),
+                            until=("synthesize-stopped", "error"))  # fmt: skip
+        kinds = [e.type for e in streamed]
+        assert "error" not in kinds and kinds[-1] == "synthesize-stopped", kinds
+        _, streamed_pcm = audio_of(streamed)
+        assert abs(len(streamed_pcm) - len(once_pcm)) / start.rate < 0.5
+        (line,) = request_lines(srv)[before:]  # the document whole: one request
+        assert line["status"] == "ok"
+    finally:
+        srv.stop()

@@ -38,6 +38,9 @@ class Caller:
     """The client's own ``X-Request-Id``, logged beside ours (never used as ours)."""
 
     # what the core writes back as the request goes
+    voice: str | None = None
+    """The voice it asked for, once resolved (``GatewayState.resolve_voice``): what its
+    completion line names if it is refused before dispatch (unset: the default voice)."""
     text_len: int | None = None
     """Its text's length once admission read it (the completion line's ``text_len``)."""
     request_id: str | None = None

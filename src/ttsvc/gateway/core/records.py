@@ -24,6 +24,7 @@ def record_refusal(state: GatewayState, caller: Caller, body: dict[str, str], st
     uid = uuid.uuid4().hex
     fields: dict[str, object] = {
         "uid": uid,
+        **({} if caller.voice is None else {"voice": caller.voice}),
         "worker": None,  # refused before dispatch: no worker, queue, audio or engine
         "qsize": None,
         "text_len": caller.text_len,

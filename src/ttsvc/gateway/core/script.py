@@ -86,9 +86,12 @@ def _script(
             return target if configs.get(target) is not None else ""
 
         try:
+            # fragment: ElevenLabs' SSML is text with inline tags; every other API marks as
+            # SSML only what starts like a document, which reads as itself
             parsed = parse_ssml(order.text, unknown=state.settings.ssml_unknown_elements,
                                 symbols=symbols, voice_of=voice_of,
-                                max_phonemes=state.settings.max_sentence_chars)  # fmt: skip
+                                max_phonemes=state.settings.max_sentence_chars,
+                                fragment=True)  # fmt: skip
         except InvalidSsml as exc:
             raise InvalidSsml(exc.message, line=exc.line, column=exc.column, field=field) from exc
         script, spoken = parsed.script, parsed.text

@@ -23,6 +23,7 @@ from ttsvc.errors import (
     TTSError,
     UnknownVoice,
 )
+from ttsvc.gateway.core.caller import Caller
 from ttsvc.gateway.core.keys import KeyStore
 from ttsvc.gateway.core.quotas import KeyRateLimiter
 from ttsvc.lifecycle.catalog import VoiceCatalog
@@ -139,19 +140,48 @@ class GatewayState:
         manifest = load_manifest_json(swapper.current.manifest)
         return manifest.sample_rate / manifest.hop_length
 
-    def resolve_voice(self, name: str | None) -> str:
-        """The served voice a request's ``voice`` names (OpenAI's names and aliases included):
-        a voice with no verified engine yet is a 503 ``engine_unavailable``, as the whole
-        service is before its first; a name nothing serves a 404 listing the voices that do."""
+    async def resolve_voice(self, name: str | None, caller: Caller | None = None) -> str:
+        """The served voice a request's ``voice`` names (OpenAI's names and aliases included).
+
+        A voice that serves answers at once. One still being verified (just published, or
+        found at start-up after the default voice) is waited for up to ``voice_wait_s``, then
+        is a 503 ``engine_unavailable``, as the whole service is before its first engine; a
+        name nothing serves is a 404 listing the voices that do. ``caller``'s completion line,
+        if the request is refused before dispatch, names the voice asked for."""
         if name is None:
             name = self.voice
         target = self.aliases.get(name, name)
+        if caller is not None:
+            caller.voice = target if len(target) <= 80 else f"{target[:77]}..."
         catalog = self.catalog
         swapper = catalog.get(target) if catalog is not None else None
         if swapper is not None and swapper.current is not None:
             return target
+        if catalog is not None:
+            swapper = await catalog.find(target)
         if swapper is not None:
+            if await swapper.until_serving(self.settings.voice_wait_s):
+                return target
             raise EngineError(f"voice {target!r} has no verified engine yet: GET /voices says "
                               "why")  # fmt: skip
         served = ", ".join(sorted(catalog.serving())) if catalog is not None else ""
         raise UnknownVoice(f"unknown voice {name!r}; served: {served or 'none'}", field="voice")
+
+    def voice_state(self, name: str) -> str:
+        """Where ``name`` stands, as ``GET /voices`` and ``/health`` both say it: ``serving``
+        (a verified version that READY workers serve: a request answers at once),
+        ``loading`` (verified, no READY worker yet), ``verifying`` (a version is being judged:
+        a request waits for it) or ``no_engine``."""
+        swapper = self.catalog.get(name) if self.catalog is not None else None
+        if swapper is None:
+            return "no_engine"
+        if swapper.current is not None:
+            versions = self.pool.serving(name)[0] if self.pool is not None else []
+            return "serving" if versions else "loading"
+        return "verifying" if swapper.verifying else "no_engine"
+
+    def ready_voices(self) -> list[str]:
+        """The voices that serve now (``voice_state`` ``serving``), the default first."""
+        names = self.catalog.swappers if self.catalog is not None else {}
+        ready = [n for n in names if self.voice_state(n) == "serving"]
+        return sorted(ready, key=lambda n: (n != self.voice, n))

@@ -142,10 +142,10 @@ def add_elevenlabs_routes(app: FastAPI, state: GatewayState,
     """Register the four routes on ``app`` behind the key (as ``xi-api-key`` too)."""
 
     async def speak(request: Request, voice_id: str, body: TextToSpeechRequest,
-                    fmt_name: str | None, *, stream: bool, aligned: type[AlignedBody] | None,
-                    ) -> Response:  # fmt: skip
+                    fmt_name: str | None, ssml: bool, *, stream: bool,
+                    aligned: type[AlignedBody] | None) -> Response:  # fmt: skip
         caller = http_caller(request)
-        voice = state.resolve_voice(voice_id)
+        voice = await state.resolve_voice(voice_id, caller)
         fmt, rate = output_format(fmt_name)
         caller.labels["format"] = fmt.name
         timestamps = aligned is not None
@@ -158,36 +158,41 @@ def add_elevenlabs_routes(app: FastAPI, state: GatewayState,
         speed = settings.speed if settings is not None and settings.speed is not None else SPEED
         order = SpeechOrder(text=body.text, voice=voice, format=fmt, stream=stream, api=API,
                             speed=speed, sample_rate=rate, timestamps=timestamps,
-                            empty_text=body.empty_text)  # fmt: skip
+                            empty_text=body.empty_text, ssml=ssml)  # fmt: skip
         framing = None if aligned is None else aligned(body.text, rate, timestamps)
         return await synthesis_response(state, order, request, framing)
 
-    # ElevenLabs' query parameters: output_format is honoured; optimize_streaming_latency and
-    # enable_logging are accepted and ignored
+    # ElevenLabs' query parameters: output_format and enable_ssml_parsing (the text is SSML,
+    # inline tags allowed) are honoured; optimize_streaming_latency and enable_logging are
+    # accepted and ignored
     @app.post("/v1/text-to-speech/{voice_id}", dependencies=xi_guarded)
     async def whole(request: Request, voice_id: str, body: TextToSpeechRequest,
                     output_format: str | None = None,
-                    optimize_streaming_latency: str | None = None) -> Response:  # fmt: skip
-        return await speak(request, voice_id, body, output_format, stream=False, aligned=None)
+                    optimize_streaming_latency: str | None = None,
+                    enable_ssml_parsing: bool = False) -> Response:  # fmt: skip
+        return await speak(request, voice_id, body, output_format, enable_ssml_parsing,
+                           stream=False, aligned=None)  # fmt: skip
 
     @app.post("/v1/text-to-speech/{voice_id}/stream", dependencies=xi_guarded)
     async def streamed(request: Request, voice_id: str, body: TextToSpeechRequest,
                        output_format: str | None = None,
-                       optimize_streaming_latency: str | None = None) -> Response:  # fmt: skip
-        return await speak(request, voice_id, body, output_format, stream=True, aligned=None)
+                       optimize_streaming_latency: str | None = None,
+                       enable_ssml_parsing: bool = False) -> Response:  # fmt: skip
+        return await speak(request, voice_id, body, output_format, enable_ssml_parsing,
+                           stream=True, aligned=None)  # fmt: skip
 
     @app.post("/v1/text-to-speech/{voice_id}/stream/with-timestamps", dependencies=xi_guarded)
     async def streamed_aligned(request: Request, voice_id: str, body: TextToSpeechRequest,
                                output_format: str | None = None,
                                optimize_streaming_latency: str | None = None,
-                               ) -> Response:  # fmt: skip
-        return await speak(request, voice_id, body, output_format, stream=True,
-                           aligned=AlignedBody)  # fmt: skip
+                               enable_ssml_parsing: bool = False) -> Response:  # fmt: skip
+        return await speak(request, voice_id, body, output_format, enable_ssml_parsing,
+                           stream=True, aligned=AlignedBody)  # fmt: skip
 
     @app.post("/v1/text-to-speech/{voice_id}/with-timestamps", dependencies=xi_guarded)
     async def whole_aligned(request: Request, voice_id: str, body: TextToSpeechRequest,
                             output_format: str | None = None,
                             optimize_streaming_latency: str | None = None,
-                            ) -> Response:  # fmt: skip
-        return await speak(request, voice_id, body, output_format, stream=True,
-                           aligned=WholeAlignedBody)  # fmt: skip
+                            enable_ssml_parsing: bool = False) -> Response:  # fmt: skip
+        return await speak(request, voice_id, body, output_format, enable_ssml_parsing,
+                           stream=True, aligned=WholeAlignedBody)  # fmt: skip

@@ -119,9 +119,11 @@ def _add_public(app: FastAPI, state: GatewayState) -> None:
             return JSONResponse({"status": "no_verified_engine", "score": 0.0}, status_code=503)
         if pool is None or balancer is None or not balancer.live_workers():
             return JSONResponse({"status": "no_ready_worker", "score": 0.0}, status_code=503)
-        # the score is the real-time headroom left (0-1): a pod at 0 refuses new streams
+        # the score is the real-time headroom left (0-1): a pod at 0 refuses new streams;
+        # the voices that answer at once, as GET /voices marks them "serving"
         return JSONResponse(
-            {"status": "ok", "score": round(balancer.headroom(), 3), "inflight": state.inflight}
+            {"status": "ok", "score": round(balancer.headroom(), 3), "inflight": state.inflight,
+             "voices": state.ready_voices()}
         )
 
 
@@ -149,8 +151,7 @@ def _add_voices(app: FastAPI, state: GatewayState, guarded: list[params.Depends]
             "pending": listed(swapper.pending),
         }
         return {"name": name, **details, "default": name == state.voice, "aliases": aliases,
-                "state": "serving" if current and serving else "loading" if current
-                else "verifying" if swapper.deferred else "no_engine",
+                "state": state.voice_state(name),
                 "engine_versions": serving,
                 # workers holding it loaded now; the others load it when a request needs it
                 "loaded_on": loaded_on,
@@ -212,7 +213,7 @@ def _add_speech(
     @app.post("/synthesize", dependencies=guarded)
     async def synthesize(body: SynthesizeRequest, request: Request) -> Response:
         http_caller(request).labels["format"] = body.format
-        voice = state.resolve_voice(body.voice)
+        voice = await state.resolve_voice(body.voice, http_caller(request))
         fmt = FORMATS[body.format]
         order = SpeechOrder.from_settings(body, text=body.text, voice=voice,
                                           speaker=await state.speaker_of(voice, body.speaker),
@@ -227,7 +228,9 @@ def _add_speech(
         if body.model not in OPENAI_MODELS:
             raise UnknownModel(f"unknown model {body.model!r}: GET /v1/models lists them",
                                field="model")  # fmt: skip
-        voice = state.resolve_voice(body.voice if isinstance(body.voice, str) else body.voice.id)
+        voice = await state.resolve_voice(
+            body.voice if isinstance(body.voice, str) else body.voice.id, caller
+        )
         if body.response_format == "aac":
             raise FormatUnavailable("aac is not available (no AAC encoder here): use mp3, opus, "
                                     "flac, wav or pcm", field="response_format")  # fmt: skip

@@ -91,7 +91,7 @@ def add_timestamps_route(
     @app.post(PATH, dependencies=guarded)
     async def with_timestamps(body: TimestampedRequest, request: Request) -> Response:
         http_caller(request).labels["format"] = body.format
-        voice = state.resolve_voice(body.voice)
+        voice = await state.resolve_voice(body.voice, http_caller(request))
         fmt = FORMATS[body.format]
         if body.stream is False or not fmt.streams:
             raise InvalidParameter(

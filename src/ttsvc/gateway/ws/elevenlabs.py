@@ -137,7 +137,8 @@ class ElevenLabsSession:
     def __init__(self, state: GatewayState, ws: WebSocket, key: ApiKey | None, voice: str,
                  fmt: OutputFormat, rate: int, *, single: bool, per_context: bool,
                  timestamps: bool, idle_s: float | None = None,
-                 auto: bool = False, empty_text: EmptyText = "silence") -> None:  # fmt: skip
+                 auto: bool = False, empty_text: EmptyText = "silence",
+                 ssml: bool = False) -> None:  # fmt: skip
         self.state = state
         self.ws = ws
         self.key = key
@@ -153,6 +154,9 @@ class ElevenLabsSession:
         """ElevenLabs' ``auto_mode``: every text message is a whole unit, spoken at once."""
         self.empty_text: EmptyText = empty_text
         """A sentence with nothing to speak: a short silence, or (``error``) an error message."""
+        self.ssml = ssml
+        """ElevenLabs' ``enable_ssml_parsing``: each sentence's text is read as SSML (inline
+        tags, which a client sends whole within a message, as ElevenLabs asks)."""
         self.sid = uuid.uuid4().hex
         self.contexts: dict[str, _Context] = {}
         self.opened = 0
@@ -340,7 +344,7 @@ class ElevenLabsSession:
         """Speak one sentence of ``ctx``; a refusal is recorded and sent as an error."""
         order = SpeechOrder(text=text, voice=self.voice, format=self.fmt, stream=True, api=API,
                             speed=ctx.speed, sample_rate=self.rate, timestamps=self.timestamps,
-                            empty_text=self.empty_text)  # fmt: skip
+                            empty_text=self.empty_text, ssml=self.ssml)  # fmt: skip
         while True:
             # each try is a request of its own, recorded once (by its exchange or as refused)
             caller = Caller(started=complete_at, key=self.key, labels={"format": self.fmt.name},
@@ -461,17 +465,18 @@ def install(app: FastAPI, state: GatewayState) -> None:
         started = time.perf_counter()
         xi_key = ws.headers.get("xi-api-key")
         timestamps = True
+        caller = Caller(started=started)  # its record, if the upgrade is refused
         try:
             key = check_upgrade(state, ws, f"Bearer {xi_key}" if xi_key
                                 else ws.headers.get("authorization"))  # fmt: skip
-            voice = state.resolve_voice(voice_id)
+            voice = await state.resolve_voice(voice_id, caller)
             try:
                 state.require_durations(voice)
             except TimestampsUnavailable:
                 timestamps = False  # engines without durations: audio without alignment
             seat = take_seat(state)
         except TTSError as exc:
-            await refuse(state, ws, exc, started)
+            await refuse(state, ws, exc, caller)
             return
         with seat:
             await ws.accept()
@@ -494,7 +499,9 @@ def install(app: FastAPI, state: GatewayState) -> None:
                                     per_context=query.get("sync_alignment", "").lower() == "true",
                                     timestamps=timestamps, idle_s=idle_s,
                                     auto=query.get("auto_mode", "").lower() == "true",
-                                    empty_text=empty_text)  # fmt: skip
+                                    empty_text=empty_text,
+                                    ssml=query.get("enable_ssml_parsing", "").lower() == "true",
+                                    )  # fmt: skip
         try:
             await session.run()
         finally:

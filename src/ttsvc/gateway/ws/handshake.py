@@ -64,9 +64,9 @@ def check_upgrade(state: GatewayState, ws: WebSocket, authorization: str | None)
     return state.keys.authenticate(authorization)
 
 
-async def refuse(state: GatewayState, ws: WebSocket, exc: TTSError, started: float) -> None:
-    """Refuse an upgrade with ``exc``'s HTTP answer, recorded as a refused request."""
-    record_refusal(state, Caller(started=started), exc.to_body(), exc.status)
+async def refuse(state: GatewayState, ws: WebSocket, exc: TTSError, caller: Caller) -> None:
+    """Refuse an upgrade with ``exc``'s HTTP answer, recorded as ``caller``'s refused request."""
+    record_refusal(state, caller, exc.to_body(), exc.status)
     reply = JSONResponse(exc.to_body(), status_code=exc.status, headers=exc.headers())
     try:
         await ws.send_denial_response(reply)

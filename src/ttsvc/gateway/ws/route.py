@@ -26,6 +26,7 @@ import time
 from fastapi import FastAPI, WebSocket
 
 from ttsvc.errors import Busy, Draining, OriginNotAllowed, Unauthorized
+from ttsvc.gateway.core.caller import Caller
 from ttsvc.gateway.core.state import GatewayState
 from ttsvc.gateway.ws.handshake import check_upgrade, refuse, take_seat
 from ttsvc.gateway.ws.session import StreamSession
@@ -51,7 +52,7 @@ def install(app: FastAPI, state: GatewayState) -> None:
             key = check_upgrade(state, ws, header or (f"Bearer {token}" if token else None))
             seat = take_seat(state)
         except (Busy, Draining, OriginNotAllowed, Unauthorized) as exc:
-            await refuse(state, ws, exc, started)
+            await refuse(state, ws, exc, Caller(started=started))
             return
         with seat:
             await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)

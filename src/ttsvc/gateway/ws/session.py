@@ -245,7 +245,7 @@ class StreamSession:
 
     async def _configure(self, msg: StartMessage) -> None:
         fmt = FORMATS["pcm"]
-        voice = self.state.resolve_voice(msg.voice)
+        voice = await self.state.resolve_voice(msg.voice)
         if msg.timestamps:
             self.state.require_durations(voice)
         speaker = await self.state.speaker_of(voice, msg.speaker)
@@ -307,7 +307,7 @@ class StreamSession:
         order = dataclasses.replace(self.template, text=sentence.text, ssml=sentence.ssml)
         while True:
             # each try is a request of its own, recorded once (by its exchange or as refused)
-            caller = Caller(started=sentence.complete_at, key=self.key,
+            caller = Caller(started=sentence.complete_at, key=self.key, voice=order.voice,
                             labels={"format": "pcm"}, gone=self.gone.wait,
                             client_request_id=self.ws.headers.get("x-request-id"))  # fmt: skip
             try:

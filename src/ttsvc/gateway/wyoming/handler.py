@@ -52,6 +52,7 @@ from ttsvc.gateway.wyoming.events import EventLimits, EventReader, IdleConnectio
 from ttsvc.gateway.wyoming.voices import Voice, WyomingVoices
 from ttsvc.observability.logs import get_logger
 from ttsvc.text.incremental import SentenceBuffer
+from ttsvc.text.ssml import is_ssml
 
 log = get_logger("wyoming")
 
@@ -89,6 +90,8 @@ class _Start:
 @dataclass(frozen=True)
 class _Sentence:
     text: str
+    ssml: bool = False
+    """A text stream's whole SSML document (``--wyoming-ssml``), not one of its sentences."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,13 @@ class WyomingHandler(AsyncEventHandler):
         """The client has used a text stream: a full-text ``synthesize`` is only its copy."""
         self.buffer: SentenceBuffer | None = None
         """The open text stream's sentences (``None``: no stream open)."""
+        self.ssml = state.settings.wyoming_ssml
+        """Read a text that starts like an SSML document as SSML (``--wyoming-ssml``)."""
+        self.held: str | None = None
+        """With ``ssml``: the open stream's text, held whole since it began with ``<`` (it may be
+        a document, which is spoken whole once the stream ends, not sentence by sentence)."""
+        self.fresh = False
+        """The open stream has had no text yet."""
         self.work: asyncio.Queue[_Work] = asyncio.Queue()
         self.speaking = False
         """The speaker task is doing a piece of work now (a reply is being spoken)."""
@@ -203,17 +213,30 @@ class WyomingHandler(AsyncEventHandler):
                 self._stop_stream()
             self.streamed = True
             self.buffer = SentenceBuffer(self.state.settings.max_sentence_chars)
+            self.held, self.fresh = None, True
             self.work.put_nowait(_Start(_voice(SynthesizeStart.from_event(event).voice),
                                         empty_text_mode(event.data.get("empty_text"))))
         elif SynthesizeChunk.is_type(event.type):
             if self.buffer is not None:
-                for sentence in self.buffer.append(_text(SynthesizeChunk.from_event(event).text)):
-                    self.work.put_nowait(_Sentence(sentence))
+                text = _text(SynthesizeChunk.from_event(event).text)
+                if self.held is not None:
+                    self.held += text
+                elif self.ssml and self.fresh and text.lstrip().startswith("<"):
+                    self.held = text
+                else:
+                    for sentence in self.buffer.append(text):
+                        self.work.put_nowait(_Sentence(sentence))
+                self.fresh = self.fresh and not text.strip()
         elif SynthesizeStop.is_type(event.type) and self.buffer is not None:
             self._stop_stream()
 
     def _stop_stream(self) -> None:
         assert self.buffer is not None
+        held, self.held = self.held, None
+        if held is not None and is_ssml(held):
+            self.work.put_nowait(_Sentence(held, ssml=True))
+        elif held is not None:  # it began with "<" but is no document: plain text after all
+            self.buffer.append(held)
         for sentence in self.buffer.flush():
             self.work.put_nowait(_Sentence(sentence))
         self.work.put_nowait(_Stop())
@@ -252,21 +275,22 @@ class WyomingHandler(AsyncEventHandler):
 
     async def _do(self, work: _Work) -> None:
         if isinstance(work, _Once | _Start):  # a new reply: its voice, no audio yet
+            caller = self._caller()
             try:
-                self.voice = await self.voices.resolve(work.voice)
+                self.voice = await self.voices.resolve(work.voice, caller)
             except TTSError as exc:
-                self._refused(self._caller(), exc)
+                self._refused(caller, exc)
                 raise
             self.started, self.sent_s = False, 0.0
             self.empty_text = work.empty_text
         if isinstance(work, _Once):
-            await self._synthesize(work.text)
+            await self._synthesize(work.text, self.ssml and is_ssml(work.text))
             await self._end_audio()
         elif isinstance(work, _Start):
             pass
         elif isinstance(work, _Sentence):
             try:
-                await self._synthesize(work.text)
+                await self._synthesize(work.text, work.ssml)
             except NothingToSay:
                 pass  # a piece of a reply with nothing to say ("...", an emoji) is not an error
             except WorkerReportedError as exc:
@@ -281,7 +305,8 @@ class WyomingHandler(AsyncEventHandler):
         closes); charged to the ``wyoming`` key where keys are on."""
         keys = self.state.keys
         key = None if keys is None else ApiKey(WYOMING_KEY, b"", keys.default)
-        return Caller(key=key, labels={"format": "pcm"}, gone=self.gone.wait)
+        return Caller(key=key, labels={"format": "pcm"}, gone=self.gone.wait,
+                      voice=None if self.voice is None else self.voice.name)  # fmt: skip
 
     def _refused(self, caller: Caller, exc: TTSError) -> None:
         """Record a request refused before any audio, as every transport records one (once: an
@@ -305,14 +330,14 @@ class WyomingHandler(AsyncEventHandler):
         except (OSError, RuntimeError) as exc:  # RuntimeError: a transport already closed
             raise ConnectionGone from exc
 
-    async def _synthesize(self, text: str) -> None:
-        """One request through the request core, its PCM sent as audio-chunk events as it
-        comes."""
+    async def _synthesize(self, text: str, ssml: bool = False) -> None:
+        """One request through the request core (``ssml``: ``text`` is an SSML document), its
+        PCM sent as audio-chunk events as it comes."""
         assert self.voice is not None
         state = self.state
         order = SpeechOrder(text=text, voice=self.voice.name, speaker=self.voice.speaker,
                             format=FORMATS["pcm"], stream=True, api="wyoming",
-                            sentence_silence=SENTENCE_SILENCE_S,
+                            sentence_silence=SENTENCE_SILENCE_S, ssml=ssml,
                             empty_text=self.empty_text)  # fmt: skip
         rate = state.native_rate(self.voice.name)
         caller = self._caller()

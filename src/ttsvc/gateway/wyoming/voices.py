@@ -14,6 +14,7 @@ from wyoming.tts import SynthesizeVoice
 
 from ttsvc import __version__
 from ttsvc.errors import UnknownVoice
+from ttsvc.gateway.core.caller import Caller
 from ttsvc.gateway.core.state import GatewayState
 from ttsvc.voice import describe
 
@@ -62,13 +63,14 @@ class WyomingVoices:
         )  # fmt: skip
         return Info(tts=[program])
 
-    async def resolve(self, wanted: SynthesizeVoice | None) -> Voice:
+    async def resolve(self, wanted: SynthesizeVoice | None, caller: Caller | None = None) -> Voice:
         """The served voice and speaker a request names (by name, else by language), checked
-        as ``/synthesize`` checks them: an unknown voice or speaker is the same error."""
+        as ``/synthesize`` checks them: an unknown voice or speaker is the same error, and a
+        voice still being verified is waited for as there (``caller``: its record names it)."""
         name = None if wanted is None else wanted.name
         if wanted is not None and name is None and wanted.language:
             name = await self._by_language(wanted.language)
-        voice = self.state.resolve_voice(name)
+        voice = await self.state.resolve_voice(name, caller)
         spoken = None if wanted is None else wanted.speaker
         return Voice(voice, await self.state.speaker_of(voice, spoken))
 
