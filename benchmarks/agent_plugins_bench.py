@@ -153,6 +153,9 @@ async def livekit_turn(tts: Any, text: str, token_s: float) -> Sample:
     end = first_sentence_end(pieces)
     clock = Clock()
     stream = tts.stream()
+    # read as the tokens go in (an agent plays audio while the LLM still writes)
+    reading = asyncio.ensure_future(asyncio.wait_for(_livekit_read(stream, clock),
+                                                     READ_TIMEOUT_S))  # fmt: skip
     try:
         for i, piece in enumerate(pieces):
             if i and token_s:
@@ -162,8 +165,9 @@ async def livekit_turn(tts: Any, text: str, token_s: float) -> Sample:
                 clock.start()
         stream.flush()
         stream.end_input()
-        await asyncio.wait_for(_livekit_read(stream, clock), READ_TIMEOUT_S)
+        await reading
     finally:
+        reading.cancel()
         await stream.aclose()
     return clock.sample()
 
