@@ -123,6 +123,37 @@ def test_engines_ls(default_version: EngineVersion, engines_root: Path, tmp_path
     assert "* en_US-joe-medium v1 ort fp32/fp32 stateful" in result.stdout
 
 
+def test_engines_copy_of_an_uploaded_version_directory_names_the_manifests_voice(
+    default_version: EngineVersion, tmp_path: Path
+) -> None:
+    """One version directory uploaded as ``upload/v1``: published as the voice its manifest
+    names, and the line says the folder's name was not followed."""
+    upload = tmp_path / "upload" / "v1"
+    shutil.copytree(default_version.path, upload)
+    target = tmp_path / "volume"
+    result = _ttsvc("engines", "copy", str(upload), "--engines-dir", str(target), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        f"published {default_version.voice} version 1 at {target / default_version.voice / '1'} "
+        f"(a copy of {upload}) (the voice its manifest names; its folder says upload)\n"
+    )
+
+
+def test_engines_copy_into_an_unwritable_place_is_one_line_and_exit_1(
+    default_version: EngineVersion, tmp_path: Path
+) -> None:
+    """The engines directory cannot be made (a file where its parent should be): one line
+    naming it, exit 1, no traceback."""
+    (tmp_path / "file").write_text("")
+    target = tmp_path / "file" / "engines"
+    result = _ttsvc("engines", "copy", str(default_version.path), "--engines-dir", str(target),
+                    cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1
+    (said,) = result.stderr.strip().splitlines()
+    assert said.startswith(f"ttsvc engines: copying {default_version.path} into {target}: ")
+    assert said.endswith("; nothing published")
+
+
 def test_serve_says_it_binds_loopback_by_default(tmp_path: Path) -> None:
     result = _ttsvc("serve", "--help", cwd=tmp_path)
     assert result.returncode == 0

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
 from ttsvc.errors import EngineIntegrityError, InvalidParameter
+from ttsvc.repository import layout
 from ttsvc.repository.layout import EngineRepository, EngineVersion
 from ttsvc.repository.manifest import file_entry, load_manifest, sha256_file, write_manifest
 
@@ -170,3 +172,69 @@ def _altered(source: Path, target: Path) -> Path:
     manifest.files["voice.json"] = file_entry(config)
     write_manifest(target, manifest)
     return target
+
+
+@pytest.mark.parametrize(
+    "name", ["../../../escaped", "ABSOLUTE", "sub/voice.json", ".hidden", "manifest.json"]
+)
+def test_copy_refuses_a_manifest_file_name_that_is_not_a_plain_name(
+    image: Path, tmp_path: Path, name: str
+) -> None:
+    """The source's manifest comes from elsewhere: a listed name with a directory part or an
+    absolute one would be read and written outside the version directories (``../../../x``
+    from the staging directory is beside the engines directory). Refused before staging, even
+    where the file it names exists and matches."""
+    (voice,) = EngineRepository(image).voices()
+    source = tmp_path / "build" / voice / "1"
+    shutil.copytree(image / voice / "1", source)
+    if name == "ABSOLUTE":
+        name = str(tmp_path / "absolute")
+    target = source / name  # what the unchecked copy would read
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if name != "manifest.json":
+        target.write_bytes(b"not an engine")
+    manifest = load_manifest(source)
+    manifest.files[name] = file_entry(target) if name != "manifest.json" else file_entry(
+        source / "voice.json"
+    )
+    write_manifest(source, manifest)
+    volume = EngineRepository(tmp_path / "a" / "b" / "volume")
+    with pytest.raises(EngineIntegrityError, match="not a plain file name"):
+        volume.copy_version(source)
+    assert not (volume.root / voice).exists()  # refused before a staging directory
+    assert not (volume.root.parent / "escaped").exists()
+
+
+def test_copy_publishes_under_the_manifests_voice_not_the_folders(
+    image: Path, tmp_path: Path
+) -> None:
+    """A single version directory uploaded as ``upload/v1``: the voice is the one its
+    manifest names, not ``upload``."""
+    (voice,) = EngineRepository(image).voices()
+    upload = tmp_path / "upload" / "v1"
+    shutil.copytree(image / voice / "1", upload)
+    volume = EngineRepository(tmp_path / "volume")
+    published = volume.copy_version(upload)
+    assert published is not None and published.voice == voice
+    assert published.path == volume.root / voice / "1"
+    assert volume.voices() == [voice]
+    assert volume.copy_version(upload) is None  # and it is that voice's version found again
+
+
+def test_copy_hashes_the_staged_copy_again(
+    image: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault injected on the way (a copy that flips a byte): the source handle's bytes were
+    right, the staged file is not; it is refused and nothing is published."""
+    (voice,) = EngineRepository(image).voices()
+
+    def flipping_copy(src: BinaryIO, dst: BinaryIO) -> None:
+        data = bytearray(src.read())
+        data[0] ^= 0xFF
+        dst.write(bytes(data))
+
+    monkeypatch.setattr(layout.shutil, "copyfileobj", flipping_copy)
+    volume = EngineRepository(tmp_path / "volume")
+    with pytest.raises(EngineIntegrityError, match="does not match"):
+        volume.copy_version(image / voice / "1")
+    assert volume.versions(voice) == [] and list((volume.root / voice).iterdir()) == []

@@ -80,7 +80,7 @@ def _copy(source: Path | None, target: EngineRepository) -> int:
     """``engines copy``: each voice's serving version in ``source`` (or ``source`` itself, a
     version directory) published into ``target``; 1 when there is nothing to copy."""
     from ttsvc.repository.layout import EngineRepository  # noqa: PLC0415
-    from ttsvc.repository.manifest import MANIFEST_NAME  # noqa: PLC0415
+    from ttsvc.repository.manifest import MANIFEST_NAME, load_manifest  # noqa: PLC0415
 
     if source is None:
         print("ttsvc engines: copy needs a SOURCE (an engine repository or a version directory)",
@@ -95,11 +95,19 @@ def _copy(source: Path | None, target: EngineRepository) -> int:
         print(f"ttsvc engines: no engine version in {source}: nothing copied", file=sys.stderr)
         return 1
     for path in versions:
-        published = target.copy_version(path)
+        try:
+            voice = load_manifest(path).voice
+            published = target.copy_version(path)
+        except OSError as exc:  # the volume unwritable, full, gone: one line, like the others
+            print(f"ttsvc engines: copying {path} into {target.root}: {exc}; nothing published",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        folder = path.parent.name  # a version directory's voice folder, unless uploaded alone
+        named = "" if folder == voice else (
+            f" (the voice its manifest names; its folder says {folder})")  # fmt: skip
         if published is None:
-            print(f"{path.parent.name}: a version with the same files is in {target.root}; "
-                  "skipped")  # fmt: skip
+            print(f"{voice}: a version with the same files is in {target.root}; skipped{named}")
         else:
             print(f"published {published.voice} version {published.version} at "
-                  f"{published.path} (a copy of {path})")  # fmt: skip
+                  f"{published.path} (a copy of {path}){named}")  # fmt: skip
     return 0

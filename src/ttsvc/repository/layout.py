@@ -13,16 +13,18 @@ links out included, for ``trust.py`` to judge).
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ttsvc.errors import EngineError, InvalidParameter
+from ttsvc.errors import EngineError, EngineIntegrityError, InvalidParameter
 from ttsvc.repository.manifest import (
     MANIFEST_NAME,
     Manifest,
     load_manifest,
+    open_checked,
     open_verified,
     write_manifest,
 )
@@ -124,28 +126,40 @@ class EngineRepository:
 
     def copy_version(self, source: Path) -> EngineVersion | None:
         """Publish a copy of the version directory ``source`` (of another repository) as the
-        next version of its voice, or ``None`` where a version with the same files (names and
-        sha256) is already here: seeding a volume from the image, once per pod start, publishes
-        once, and never stacks an older copy over a newer version.
+        next version of the voice its manifest names, or ``None`` where a version with the
+        same files (names and sha256) is already here: seeding a volume from the image, once
+        per pod start, publishes once, and never stacks an older copy over a newer version.
+        The voice is the manifest's, not the folder's: a version directory uploaded as
+        ``upload/v1`` is still the voice it was compiled for.
 
-        Every file is checked against the source's manifest in the staging directory, and the
-        manifest (renumbered) is written last, then one rename: a torn or altered source
-        publishes nothing. Writers racing on a shared volume: the loser's rename meets the
-        winner's version and it looks again, so each content is published once."""
+        Each file name the manifest lists must be a plain name (no directory part, not hidden,
+        not the manifest itself), checked before anything is staged: the manifest comes from
+        elsewhere, and ``../../x`` or an absolute name would write outside the engines
+        directory. Each file is read through a handle checked against the manifest, written
+        to the staging directory, flushed to disk and hashed again there (a copy that went
+        wrong on the way publishes nothing); the manifest (renumbered) is written last, then
+        one rename. Writers racing on a shared volume: the loser's rename meets the winner's
+        version and it looks again, so each content is published once."""
         manifest = load_manifest(source)
-        voice = source.parent.name
+        for name in manifest.files:
+            _check_file_name(source, name)
+        voice = manifest.voice
         for _ in range(_COPY_RACES):
             if self._has_files(voice, manifest):
                 return None
             version = self.next_version(voice)
             staging = self.staging_dir(voice)
             try:
-                for name in manifest.files:
+                for name, entry in manifest.files.items():
                     with open_verified(source, manifest, name) as src, \
                             (staging / name).open("wb") as dst:  # fmt: skip
                         shutil.copyfileobj(src, dst)
+                        dst.flush()
+                        os.fsync(dst.fileno())
+                    open_checked(staging / name, entry.sha256, entry.size).close()
                 copied = manifest.model_copy(update={"version": version})
-                write_manifest(staging, copied)
+                _fsync(write_manifest(staging, copied))
+                _fsync(staging)
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
@@ -167,6 +181,25 @@ class EngineRepository:
             if {n: (e.sha256, e.size) for n, e in have.items()} == wanted:
                 return True
         return False
+
+
+def _check_file_name(source: Path, name: str) -> None:
+    """Refuse a manifest's file name that is not a plain file name of a version directory."""
+    if Path(name).name != name or name.startswith(".") or name == MANIFEST_NAME:
+        raise EngineIntegrityError(
+            f"{source / MANIFEST_NAME}: lists the file name {name!r}, not a plain file name "
+            "of a version directory: nothing copied",
+            file=MANIFEST_NAME, reason="lists a file name that is not a plain name",
+        )  # fmt: skip
+
+
+def _fsync(path: Path) -> None:
+    """Flush ``path`` (a file or a directory) to disk, so the rename publishes what is there."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _COPY_RACES = 8
