@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import subprocess
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,8 +245,8 @@ def restricted_violations(pod: dict[str, Any]) -> list[str]:
     psc = pod.get("securityContext", {})
     containers = [*pod.get("initContainers", []), *pod.get("containers", []),
                   *pod.get("ephemeralContainers", [])]  # fmt: skip
-    for host in ("hostNetwork", "hostPID", "hostIPC", "hostUsers"):
-        if pod.get(host) is (host != "hostUsers"):
+    for host in ("hostNetwork", "hostPID", "hostIPC"):  # hostUsers false is the safer one
+        if pod.get(host) is True:
             found.append(f"{host}: {pod[host]}")
     for volume in pod.get("volumes", []):
         source = set(volume) - {"name"}
@@ -310,6 +311,7 @@ def test_the_restricted_check_can_fail(chart: helm.Chart) -> None:
     """What "restricted" refuses is found: the checker is not a pass for everything."""
     (pod,) = [p for _, p in pod_specs(render(chart, {}))]
     assert restricted_violations(pod) == []
+    assert restricted_violations(pod | {"hostUsers": False}) == []  # a user namespace: allowed
     c = pod["containers"][0]
     pod = pod | {"hostNetwork": True, "volumes": [*pod["volumes"], {"name": "x", "hostPath": {
         "path": "/"}}], "containers": [c | {"securityContext": {"privileged": True,
@@ -828,6 +830,40 @@ def test_per_pod_voices_are_a_sidecar_following_a_configmap(chart: helm.Chart) -
     more = {"voices": {"pull": ["en_GB-alba-medium", "de_DE-thorsten-high"]}}
     assert one(render(chart, more), "Deployment") == one(objects, "Deployment")
     assert sidecar["image"] == container(objects)["image"]
+
+
+@pytest.mark.parametrize("voice", ["en_US-joe-medium", "en_GB-alba-medium", "it's"])
+def test_per_pod_service_starts_once_its_voice_is_published(
+    chart: helm.Chart, tmp_path: Path, voice: str
+) -> None:
+    """``serve`` exits at once while settings.voice has no version: a voice only the sidecar
+    pulls would crash-loop the pod. The sidecar's startupProbe (which holds the service's
+    container) is run here as the kubelet runs it, against a volume laid out as the pod's:
+    it fails until a numbered version holds its manifest, a staging directory or a version
+    without its manifest not counting, and a voice with a quote in it is one argument."""
+    objects = render(chart, VALUES_SETS["voices-per-pod"] | {"settings": {"voice": voice}})
+    engines_dir = settings_configmap(objects)["TTSVC_ENGINES_DIR"]
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    (sidecar,) = [c for c in pod["initContainers"] if c["name"] == "voices"]
+    assert {m["name"]: m["mountPath"] for m in sidecar["volumeMounts"]}["engines"] == engines_dir
+    probe = sidecar["startupProbe"]
+    assert set(probe) == {"exec", "periodSeconds", "timeoutSeconds", "failureThreshold"}
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= 600  # a pull has its time
+    volume = tmp_path / "engines"  # the mount, here
+    command = [a.replace(engines_dir, str(volume)) for a in probe["exec"]["command"]]
+    assert command != probe["exec"]["command"]  # it names the volume
+
+    def passes() -> bool:
+        run = subprocess.run(command, capture_output=True, timeout=30, check=False)
+        return run.returncode == 0
+
+    assert not passes()  # an empty volume
+    (volume / voice / ".staging-x").mkdir(parents=True)
+    (volume / voice / ".staging-x" / "manifest.json").write_text("{}")
+    (volume / voice / "1").mkdir()  # a version still being written: no manifest yet
+    assert not passes()
+    (volume / voice / "1" / "manifest.json").write_text("{}")
+    assert passes()
 
 
 def test_no_voices_job_without_voices_pull(chart: helm.Chart) -> None:
