@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -255,6 +256,28 @@ def test_list_available_skips_entries_whose_names_are_paths(
     assert said.endswith(" (and 1 more)")
 
 
+def _sync(names: Path, root: Path, base: str, lines: int, *flags: str) -> tuple[list[str], str]:
+    """``ttsvc voices sync NAMES`` as the sidecar runs it: its first ``lines`` lines of stdout,
+    then SIGTERM (which must end it with 0), and all it said on stderr (kept in a file: a
+    compile's progress lines must not fill a pipe no one reads)."""
+    environ = {k: v for k, v in os.environ.items() if k != "TTSVC_VOICES_URL"}
+    with (names.parent.parent / "sync.stderr").open("w+") as errors:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ttsvc.cli", "voices", "sync", str(names), *flags,
+             "--base-url", base, "--engines-dir", str(root)],
+            cwd=names.parent.parent, env=environ, stdout=subprocess.PIPE, stderr=errors,
+            text=True,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        try:
+            said = [proc.stdout.readline() for _ in range(lines)]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=120) == 0
+        errors.seek(0)
+        return said, errors.read()
+
+
 def test_sync_skips_what_is_not_a_name_and_retries_a_failed_pull(tmp_path: Path) -> None:
     """``voices sync`` (the chart's per-pod sidecar): a line that is not a voice name is said
     and skipped, a pull that fails (the catalogue unreachable) is tried again after
@@ -263,24 +286,11 @@ def test_sync_skips_what_is_not_a_name_and_retries_a_failed_pull(tmp_path: Path)
     names.parent.mkdir()
     names.write_text(f"# the voices ConfigMap\n../escape\n{TEST_VOICE}\n")
     root = tmp_path / "engines"
-    environ = {k: v for k, v in os.environ.items() if k != "TTSVC_VOICES_URL"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ttsvc.cli", "voices", "sync", str(names), "--retry-s", "0.2",
-         "--base-url", "http://127.0.0.1:9", "--engines-dir", str(root)],
-        cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        listed = proc.stdout.readline()
-        assert listed == f"ttsvc voices sync: {names} lists ../escape {TEST_VOICE}\n"
-        retries = [proc.stdout.readline() for _ in range(2)]  # each after a failed pull
-        assert retries == ["ttsvc voices sync: retrying in 0.2 s\n"] * 2
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
-    said = proc.stderr.read()
-    assert "'../escape' is not a voice name" in said and "; skipped" in said
-    assert "127.0.0.1:9" in said  # the unreachable catalogue, named
+    said, errors = _sync(names, root, "http://127.0.0.1:9", 3, "--retry-s", "0.2")
+    assert said[0] == f"ttsvc voices sync: {names} lists ../escape {TEST_VOICE}\n"
+    assert said[1:] == ["ttsvc voices sync: retrying in 0.2 s\n"] * 2  # each after a failure
+    assert "'../escape' is not a voice name" in errors and "; skipped" in errors
+    assert "127.0.0.1:9" in errors  # the unreachable catalogue, named
     assert not root.exists() or list(root.iterdir()) == []
 
 
@@ -293,19 +303,71 @@ def test_sync_pulls_the_listed_voices_a_name_the_catalogue_lacks_aside(
     names.parent.mkdir()
     names.write_text(f"en_US-nobody-medium\n{TEST_VOICE}\n")
     root = tmp_path / "engines"
-    environ = {k: v for k, v in os.environ.items() if k != "TTSVC_VOICES_URL"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ttsvc.cli", "voices", "sync", str(names), "--base-url",
-         mirror.base, "--engines-dir", str(root)],
-        cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    try:
-        said = [proc.stdout.readline() for _ in range(3)]
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 0
+    said, _ = _sync(names, root, mirror.base, 3)
     assert said[0].endswith(f"lists en_US-nobody-medium {TEST_VOICE}\n")
     assert said[1].startswith(f"published {TEST_VOICE} version 1 at ")
     assert said[2] == "ttsvc voices sync: retrying in 60 s\n"
     assert EngineRepository(root).voices() == [TEST_VOICE]
+
+
+def test_sync_says_a_failure_of_any_kind_in_one_line_and_carries_on(
+    mirror: Mirror, tmp_path: Path
+) -> None:
+    """An engines volume that cannot be written (here a file where its parent should be: an
+    OSError, not a fetch or compile error): each name's failure is one line, the next name is
+    still tried, and the loop keeps retrying instead of dying with a traceback."""
+    names = tmp_path / "voices" / "pull"
+    names.parent.mkdir()
+    names.write_text(f"{TEST_VOICE}\nen_US-nobody-medium\n")
+    (tmp_path / "file").write_text("")
+    root = tmp_path / "file" / "engines"
+    said, errors = _sync(names, root, mirror.base, 3, "--retry-s", "0.2")
+    assert said[0].endswith(f"lists {TEST_VOICE} en_US-nobody-medium\n")
+    assert said[1:] == ["ttsvc voices sync: retrying in 0.2 s\n"] * 2
+    assert "Traceback" not in errors
+    own = f"ttsvc voices: {TEST_VOICE}: "
+    failed = [line for line in errors.splitlines() if line.startswith(own)]
+    assert failed and all(line.endswith("; nothing published") for line in failed)
+    assert "NotADirectoryError: " in failed[0] and str(root) in failed[0]
+    assert "en_US-nobody-medium" in errors  # the name after it was tried all the same
+
+
+def test_sync_round_fetches_the_catalogue_once_and_heeds_sigterm_between_names(
+    mirror: Mirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In process, against the loopback mirror, each pull scripted (``_pull``, which the
+    subprocess tests run for real): one round asks for voices.json once however many names it
+    pulls, and a SIGTERM (the stop event) during one pull leaves the next names for later."""
+    from ttsvc.cli import voices  # noqa: PLC0415
+    from ttsvc.config import Settings  # noqa: PLC0415
+
+    pulled: list[str] = []
+    stop = threading.Event()
+    stop_after: list[int] = []
+
+    def scripted_pull(catalogue: object, name: str, force: bool, settings: Settings,
+                      http: object) -> bool:  # fmt: skip
+        pulled.append(name)
+        if len(pulled) in stop_after:
+            stop.set()  # what the SIGTERM handler does, while this pull runs
+        return False
+
+    monkeypatch.setattr(voices, "_pull", scripted_pull)
+    settings = Settings(engines_dir=tmp_path / "engines")
+    asked = len(mirror.requests)
+    assert voices._sync_round([TEST_VOICE] * 3, mirror.base, settings, stop) is False
+    assert pulled == [TEST_VOICE] * 3
+    assert [p for p in mirror.requests[asked:] if p.endswith("voices.json")] == [
+        mirror.requests[asked]]  # fmt: skip
+    pulled.clear()
+    stop_after.append(1)
+    assert voices._sync_round([TEST_VOICE] * 3, mirror.base, settings, stop) is True
+    assert pulled == [TEST_VOICE]  # the other two wait for the next start
+
+
+def test_sync_refuses_a_retry_of_zero_seconds(tmp_path: Path) -> None:
+    """``--retry-s 0`` would retry a failed pull without pause: refused, exit 2, nothing run."""
+    for value in ("0", "-1", "nan"):
+        result = _ttsvc("voices", "sync", str(tmp_path / "pull"), "--retry-s", value, cwd=tmp_path)
+        assert result.returncode == 2
+        assert f"argument --retry-s: {value!r}: must be more than 0 seconds" in result.stderr

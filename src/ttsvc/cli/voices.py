@@ -2,7 +2,8 @@
 
 ``sync`` is ``pull`` kept up to date with a names file (the chart's per-pod sidecar follows a
 mounted ConfigMap with it): every voice listed and not yet published is pulled, again whenever
-the file changes, and a failed pull is tried again after ``--retry-s``.
+the file changes, and a failed pull is tried again after ``--retry-s``. A name with a version
+is never pulled again: ``sync`` adds voices, it does not update them.
 
 Its own module so the compiler and the HTTP client stay behind the imports inside the commands:
 building the parser loads neither. ``list`` without ``--available`` is ``engines ls``.
@@ -24,6 +25,8 @@ from ttsvc.errors import TTSError
 from ttsvc.voice import name_problem
 
 if TYPE_CHECKING:
+    import threading
+
     import httpx
 
     from ttsvc.repository.catalogue import Catalogue
@@ -55,8 +58,8 @@ def add_voices(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     sync.add_argument("names_file", type=Path, metavar="NAMES_FILE",
                       help="voice names, one a line; its directory is watched (a ConfigMap "
                            "mount's updates are a rename there)")  # fmt: skip
-    sync.add_argument("--retry-s", type=float, default=60.0,
-                      help="a voice that failed to pull is tried again after this long",
+    sync.add_argument("--retry-s", type=_positive_seconds, default=60.0,
+                      help="a voice that failed to pull is tried again after this long (> 0)",
                       )  # fmt: skip
     sync.add_argument("--base-url", default=None, help=base_help)
     sync.add_argument("--engines-dir", type=Path, default=None, help="engine repository root")
@@ -76,6 +79,17 @@ def add_voices(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     listing.add_argument("--base-url", default=None, help=base_help)
     listing.add_argument("--engines-dir", type=Path, default=None, help="engine repository root")
     document_defaults(listing)
+
+
+def _positive_seconds(text: str) -> float:
+    """``--retry-s``: a number of seconds above 0 (0 would retry a failed pull without pause)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
+    return value
 
 
 def cmd_voices(args: argparse.Namespace, settings: Settings) -> int:
@@ -143,7 +157,8 @@ def pull_names(names: list[str], base: str | None, force: bool, settings: Settin
 def _sync(names_file: Path, base: str | None, retry_s: float, settings: Settings) -> int:
     """``voices sync``: pull what ``names_file`` lists and is not published, at start, on each
     change of the file's directory, and every ``retry_s`` while a pull has failed; until SIGTERM
-    (a container's PID 1 ignores it unless handled), which ends the loop after a pull underway."""
+    (a container's PID 1 ignores it unless handled), which ends the loop after the pull
+    underway (the names after it are left for the next start)."""
     import signal  # noqa: PLC0415
     import threading  # noqa: PLC0415
 
@@ -168,13 +183,59 @@ def _sync(names_file: Path, base: str | None, retry_s: float, settings: Settings
             wanted = [n for n in names if name_problem(n) is None and repo.latest(n) is None]
             for bad in (n for n in names if name_problem(n) is not None):
                 print(f"ttsvc voices sync: {name_problem(bad)}; skipped", file=sys.stderr)
-            # one name at a time: a name the catalogue lacks must not hold the others back
-            missing = any([pull_names([n], base, False, settings) != 0 for n in wanted])
+            missing = _sync_round(wanted, base, settings, stop)
+            if stop.is_set():
+                break
             state = f"retrying in {retry_s:g} s" if missing else "every voice listed is published"
             print(f"ttsvc voices sync: {state}", flush=True)
         if next(changes, None) is None:
             break
     return 0
+
+
+def _sync_round(
+    names: list[str], base: str | None, settings: Settings, stop: threading.Event
+) -> bool:
+    """One round of ``voices sync``: the catalogue fetched once, then each name pulled on its
+    own, so that whatever fails for one name (not in the catalogue, a refused compile, an
+    unwritable volume) is said in one line and the others are pulled all the same; SIGTERM
+    (``stop``) is heeded between names. True when a name is still missing."""
+    from ttsvc.repository.catalogue import base_url, client, fetch_catalogue  # noqa: PLC0415
+
+    if not names:
+        return False
+    _quiet_httpx()
+    missing = False
+    try:
+        with client() as http:
+            catalogue = fetch_catalogue(http, base_url(base))
+            _say_skipped(catalogue.skipped)
+            for name in names:
+                if stop.is_set():
+                    return True
+                try:
+                    missing |= _pull(catalogue, catalogue.find(name).name, False, settings, http)
+                except Exception as exc:  # one name's failure, whatever it is
+                    print(f"ttsvc voices: {name}: {_one_line(exc)}; nothing published",
+                          file=sys.stderr)  # fmt: skip
+                    missing = True
+    except Exception as exc:  # the catalogue unreachable or refused, ...
+        print(f"ttsvc voices: {_one_line(exc)}", file=sys.stderr)
+        return True
+    return missing
+
+
+def _one_line(exc: Exception) -> str:
+    """``exc`` as one line: its own words where it is one of ours, else its type and words."""
+    from ttsvc.repository.catalogue import FetchError  # noqa: PLC0415
+
+    if isinstance(exc, TTSError):
+        said = exc.message
+    elif isinstance(exc, FetchError):
+        said = str(exc)
+    else:
+        said = f"{type(exc).__name__}: {exc}"
+    return " ".join(said.split())
 
 
 def _read_names(path: Path) -> list[str]:
