@@ -5,10 +5,11 @@ manifest exists (it is written last); staging directories start with a dot and a
 Publishing is one ``rename`` within the voice directory, so a watcher or loader sees either
 nothing or the complete version, never a half-written one; ``copy_version`` publishes a version
 made elsewhere (another repository: the image's engines, an operator's build) the same way, and
-several writers sharing one volume may run it at once. Whatever names a voice (an argument,
-a catalogue entry), nothing is written outside the root: a write needs a voice name
-(``ttsvc.voice.NAME_RE``) whose directory resolves inside the root (reads list what is there,
-links out included, for ``trust.py`` to judge).
+several writers sharing one volume may run it at once. Whatever names a voice or a file (an
+argument, a catalogue entry, a copied manifest), nothing is written outside the root: a write
+needs a voice name (``ttsvc.voice.NAME_RE``) whose directory resolves inside the root, and a
+copied file a plain name (reads list what is there, links out included, for ``trust.py`` to
+judge).
 """
 
 from __future__ import annotations
