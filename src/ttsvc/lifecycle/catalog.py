@@ -35,10 +35,13 @@ def voice_names(root: Path) -> list[str]:
     the pronunciation lexicons' directory is not one."""
     if not root.is_dir():
         return []
-    return sorted(
-        p.name for p in root.iterdir()
-        if p.is_dir() and not p.name.startswith((".", STAGING_PREFIX)) and p.name != LEXICONS_DIR
-    )  # fmt: skip
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and _may_be_voice(p.name))
+
+
+def _may_be_voice(name: str) -> bool:
+    """A name under the root that may be a voice's directory: not hidden, not a staging
+    directory, not the lexicons' directory."""
+    return not name.startswith((".", STAGING_PREFIX)) and name != LEXICONS_DIR
 
 
 def _top_level(change: Change, path: str) -> bool:
@@ -152,7 +155,8 @@ class VoiceCatalog:
         watcher (its events come in batches), and a request for it must not be told it is
         unknown."""
         swapper = self.swappers.get(voice)
-        if swapper is not None or self._stop.is_set() or name_problem(voice) is not None:
+        if (swapper is not None or self._stop.is_set() or name_problem(voice) is not None
+                or not _may_be_voice(voice)):  # fmt: skip
             return swapper
         if await asyncio.to_thread((self.root / voice).is_dir):
             await self.scan()

@@ -42,7 +42,6 @@ not judged again until its bytes change; the serving engines never stop serving 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -69,6 +68,10 @@ from ttsvc.repository.watcher import (
     relevant,
     watch_changes,
 )
+
+QUIET_NS = 1_000_000_000
+"""How long a voice directory must have been unchanged when a rescan looks at it for that look
+to stand for it until it changes (far above any file system's clock tick)."""
 
 log = get_logger("hotswap")
 
@@ -155,6 +158,9 @@ class EngineSwapper:
         self._scanned = asyncio.Event()
         """Set (and replaced) as each rescan ends: what requests waiting for the voice wake on."""
         self._look: asyncio.Task[None] | None = None
+        self._looked: int | None = None
+        """The voice directory's stamp (``_stamp``) as the last rescan began, if it had been
+        quiet for ``QUIET_NS`` then: a request finding it unchanged need not look again."""
         self._look_began = False
 
     async def initial(self) -> EngineSpec | None:
@@ -183,21 +189,37 @@ class EngineSwapper:
 
         The directory is looked at again first, by a rescan that begins after this call: a
         version renamed into place a moment ago may not have reached the watcher yet (its
-        events come in batches). The wait ends as soon as the voice serves, or as soon as no
-        version is being judged any more (then it will not serve by itself: the caller
-        answers at once)."""
-        if self.current is not None or self._stop.is_set():
+        events come in batches). Not when ``timeout`` is 0 (the caller answers at once
+        anyway), nor when the voice's directory is as the last rescan found it (requests under
+        load would each rescan for nothing). The wait ends as soon as the voice serves, as soon
+        as no version is being judged any more (then it will not serve by itself: the caller
+        answers at once), or when the swapper stops (shutdown)."""
+        if self.current is not None or self._stop.is_set() or timeout <= 0:
             return self.current is not None
-        look = self._look_now()
+        changed = self._looked is None or await asyncio.to_thread(self._stamp) != self._looked
+        look = self._look_now() if changed else None
 
         async def settled() -> None:
-            await asyncio.wait({look})  # cancelled (a timeout), this leaves the rescan running
+            if look is not None:  # cancelled (a timeout), this leaves the rescan running
+                await asyncio.wait({look})
             while self.current is None and self.verifying:
                 await self._scanned.wait()
 
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(settled(), timeout)
+        waits = {asyncio.ensure_future(settled()), asyncio.ensure_future(self._stop.wait())}
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
         return self.current is not None
+
+    def _stamp(self) -> int | None:
+        """The voice directory's modification time (ns; ``None``: unreadable), which a version
+        renamed into it or out of it changes (blocking: run in a thread)."""
+        try:
+            return (self.repo.root / self.voice).stat().st_mtime_ns
+        except OSError:
+            return None
 
     def _look_now(self) -> asyncio.Task[None]:
         """A rescan that begins after this call: requests arriving together share one that has
@@ -297,6 +319,11 @@ class EngineSwapper:
 
     async def _rescan(self) -> None:
         async with self._lock:
+            began, stamp = time.time_ns(), await asyncio.to_thread(self._stamp)
+            # a change in the same tick of the file system's clock as the look may not show in
+            # the stamp: only a directory quiet for a while is taken as seen
+            quiet = stamp is not None and began - stamp > QUIET_NS
+            self._looked = stamp if quiet else None
             versions = await asyncio.to_thread(self.repo.versions, self.voice)
             self.present = bool(versions)
             if (self.current is not None and self._source is not None

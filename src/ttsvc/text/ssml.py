@@ -70,6 +70,18 @@ def is_ssml(text: str) -> bool:
     return _SSML_START_RE.match(text) is not None
 
 
+_SSML_OPENINGS = ("<speak", "<?xml", "<!")
+"""What a document's first characters are (``is_ssml``), for text still coming in."""
+
+
+def may_be_ssml(text: str) -> bool:
+    """Whether ``text``, the start of a text still arriving, can still become an SSML document:
+    it is (or begins like) one of ``<speak``, ``<?xml``, ``<!``. A stream that cannot (``<3``)
+    is plain text and need not be held to its end."""
+    start = text.lstrip()
+    return any(start[: len(m)] == m[: len(start)] for m in _SSML_OPENINGS)
+
+
 @dataclass(frozen=True)
 class Parsed:
     """A parsed document: what to say and what it asked for beside."""

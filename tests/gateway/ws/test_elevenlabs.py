@@ -14,6 +14,7 @@ import base64
 import itertools
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from websockets.sync.client import ClientConnection, connect
 from tests.audio.decoding import rms
 from tests.gateway.serving import Server, bearer, metric, wait_until
 from tests.gateway.test_agent_clients import SLACK, needs
+from ttsvc.repository.layout import EngineVersion
 
 VOICE = "en_US-joe-medium"
 TEXT = "Hello from a voice agent. The framework plays what ttsvc streams back."
@@ -479,3 +481,39 @@ def test_enable_ssml_parsing_reads_each_message_as_ssml(server: Server, key: str
     chars = "".join("".join(m["alignment"]["chars"]) for m in got["ssml"] if m.get("alignment"))
     assert chars.strip() == texts["ssml"]
     assert audio_of(spoken({}, "unset", "Tom & Jerry."))
+
+
+COPY = "en_US-copy-medium"
+"""A second voice: the default voice's engine files under another name."""
+
+
+def test_refusals_completion_lines_name_the_voice_asked_for(
+    default_version: EngineVersion, tmp_path: Path
+) -> None:
+    """On a route for a voice that is not the default, a sentence refused (markup in error)
+    and a query refused after the handshake are recorded with that voice, as every other
+    request is (they named the default voice)."""
+    engines = tmp_path / "engines"
+    shutil.copytree(default_version.path, engines / VOICE / "1")
+    shutil.copytree(default_version.path, engines / COPY / "1")
+    srv = Server(engines, "--workers", "1")
+    try:
+        srv.wait_ready(1)
+        wait_until(srv, lambda: srv.client.get("/voices").json()["voices"],
+                   lambda v: {x["name"] for x in v if x["state"] == "serving"} == {VOICE, COPY},
+                   "both voices")  # fmt: skip
+        before = len(srv.completions())
+        with open_ws(srv, "unused", "stream-input", voice=COPY, output_format=f"pcm_{RATE}",
+                     enable_ssml_parsing="true", auto_mode="true") as ws:  # fmt: skip
+            send(ws, text="Tom & Jerry.")
+            send(ws, text="")
+            messages = read_to_close(ws)
+        assert [m["type"] for m in messages if "error" in m] == ["invalid_ssml"]
+        with open_ws(srv, "unused", voice=COPY, output_format="alaw_8000") as ws:
+            read_to_close(ws)
+        assert ws.close_code == 1008
+        lines = srv.completions()[before:]
+        assert [(line["status"], line["voice"]) for line in lines] == [
+            ("invalid_ssml", COPY), ("invalid_parameter", COPY)]  # fmt: skip
+    finally:
+        srv.stop()

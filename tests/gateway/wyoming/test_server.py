@@ -390,3 +390,51 @@ def test_wyoming_ssml_reads_documents_one_shot_and_streamed(root: Path) -> None:
         assert line["status"] == "ok"
     finally:
         srv.stop()
+
+
+def test_wyoming_ssml_streams_that_are_no_document_are_spoken_whole_and_at_once(
+    root: Path,
+) -> None:
+    """With ``--wyoming-ssml``: a stream that begins like a document but is none
+    (``<speakers ...``) is spoken as plain text at its end, every sentence of it (the first was
+    lost); one whose start cannot be a document (``<3``) is spoken sentence by sentence as it
+    comes, not held to its end; and held text is bounded by ``max_text_chars`` as one text is."""
+    srv = Server(root, "--workers", "1", "--wyoming-port", str(_free_port()), "--wyoming-ssml",
+                 env={"TTSVC_MAX_TEXT_CHARS": "200"})  # fmt: skip
+    try:
+        srv.wait_ready(1)
+        before = len(request_lines(srv))
+        pieces = ["<speakers are ", "loud. Turn them", " down."]
+        chunks = [SynthesizeChunk(text=p).event() for p in pieces]
+        events = converse(srv, SynthesizeStart().event(), *chunks, SynthesizeStop().event(),
+                          until=("synthesize-stopped", "error"))  # fmt: skip
+        assert [e.type for e in events][-1] == "synthesize-stopped"
+        spoken = request_lines(srv)[before:]
+        assert [line["text_len"] for line in spoken] == [len("<speakers are loud."),
+                                                         len("Turn them down.")]  # fmt: skip
+
+        async def stream() -> list[Event]:
+            async with client(srv) as tcp:
+                await tcp.write_event(SynthesizeStart().event())
+                await tcp.write_event(SynthesizeChunk(text="<3 Thanks! See").event())
+                # the first sentence is complete and no document can start "<3": its audio
+                # comes before the rest of the text is sent
+                events = await read_until(tcp, "audio-chunk", "error")
+                assert AudioChunk.is_type(events[-1].type), events[-1]
+                await tcp.write_event(SynthesizeChunk(text=" you soon.").event())
+                await tcp.write_event(SynthesizeStop().event())
+                return events + await read_until(tcp, "synthesize-stopped", "error")
+
+        before = len(request_lines(srv))
+        events = asyncio.run(stream())
+        assert [e.type for e in events][-1] == "synthesize-stopped"
+        spoken = request_lines(srv)[before:]
+        assert [line["text_len"] for line in spoken] == [len("<3 Thanks!"), len("See you soon.")]
+
+        long = [SynthesizeChunk(text="<speak>" + "word " * 30).event()] + [
+            SynthesizeChunk(text="word " * 30).event()] * 2  # fmt: skip
+        events = converse(srv, SynthesizeStart().event(), *long, until=("error",))
+        error = Error.from_event(events[-1])
+        assert error.code == "text_too_long", error
+    finally:
+        srv.stop()

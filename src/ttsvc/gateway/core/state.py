@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from ttsvc.backends.base import EngineSource
 from ttsvc.balancer import HeatScoreBalancer
 from ttsvc.config import Settings
 from ttsvc.errors import (
+    ClientClosedRequest,
     EngineError,
     InvalidParameter,
     TimestampsUnavailable,
@@ -160,7 +162,7 @@ class GatewayState:
         if catalog is not None:
             swapper = await catalog.find(target)
         if swapper is not None:
-            if await swapper.until_serving(self.settings.voice_wait_s):
+            if await _unless_gone(swapper.until_serving(self.settings.voice_wait_s), caller):
                 return target
             raise EngineError(f"voice {target!r} has no verified engine yet: GET /voices says "
                               "why")  # fmt: skip
@@ -185,3 +187,20 @@ class GatewayState:
         names = self.catalog.swappers if self.catalog is not None else {}
         ready = [n for n in names if self.voice_state(n) == "serving"]
         return sorted(ready, key=lambda n: (n != self.voice, n))
+
+
+async def _unless_gone(wait: Coroutine[Any, Any, bool], caller: Caller | None) -> bool:
+    """``wait``'s answer, unless ``caller``'s client leaves first: a 499, and the wait is given
+    up (nobody is left to answer)."""
+    if caller is None:
+        return await wait
+    waited, gone = asyncio.ensure_future(wait), asyncio.ensure_future(caller.gone())
+    try:
+        await asyncio.wait({waited, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waited.cancel()
+        gone.cancel()
+    if not waited.done():
+        raise ClientClosedRequest("the client closed the request while its voice was verified")
+    return waited.result()
+

@@ -347,7 +347,8 @@ class ElevenLabsSession:
                             empty_text=self.empty_text, ssml=self.ssml)  # fmt: skip
         while True:
             # each try is a request of its own, recorded once (by its exchange or as refused)
-            caller = Caller(started=complete_at, key=self.key, labels={"format": self.fmt.name},
+            caller = Caller(started=complete_at, key=self.key, voice=order.voice,
+                            labels={"format": self.fmt.name},
                             gone=functools.partial(self._left, ctx),
                             client_request_id=self.ws.headers.get("x-request-id"))  # fmt: skip
             try:
@@ -490,7 +491,8 @@ def install(app: FastAPI, state: GatewayState) -> None:
             idle_s = inactivity(query.get("inactivity_timeout"), state.settings.ws_idle_timeout_s)
             empty_text = empty_text_mode(query.get("empty_text"))
         except TTSError as exc:  # after the handshake, as ElevenLabs refuses it: 1008
-            record_refusal(state, Caller(started=started, key=key), exc.to_body(), exc.status)
+            caller = Caller(started=started, key=key, voice=voice)
+            record_refusal(state, caller, exc.to_body(), exc.status)
             with contextlib.suppress(Exception):
                 await ws.send_text(json.dumps(error_message(exc, None)))
                 await ws.close(1008)

@@ -41,7 +41,7 @@ from wyoming.tts import (
 )
 
 from ttsvc.audio.encode import FORMATS
-from ttsvc.errors import NothingToSay, TTSError
+from ttsvc.errors import NothingToSay, TextTooLong, TTSError
 from ttsvc.gateway.core.caller import Caller
 from ttsvc.gateway.core.exchange import WorkerReportedError, start_exchange
 from ttsvc.gateway.core.keys import ApiKey
@@ -52,7 +52,7 @@ from ttsvc.gateway.wyoming.events import EventLimits, EventReader, IdleConnectio
 from ttsvc.gateway.wyoming.voices import Voice, WyomingVoices
 from ttsvc.observability.logs import get_logger
 from ttsvc.text.incremental import SentenceBuffer
-from ttsvc.text.ssml import is_ssml
+from ttsvc.text.ssml import is_ssml, may_be_ssml
 
 log = get_logger("wyoming")
 
@@ -143,8 +143,9 @@ class WyomingHandler(AsyncEventHandler):
         self.ssml = state.settings.wyoming_ssml
         """Read a text that starts like an SSML document as SSML (``--wyoming-ssml``)."""
         self.held: str | None = None
-        """With ``ssml``: the open stream's text, held whole since it began with ``<`` (it may be
-        a document, which is spoken whole once the stream ends, not sentence by sentence)."""
+        """With ``ssml``: the open stream's text, held whole while it can still be a document
+        (``may_be_ssml``), which is spoken whole once the stream ends, not sentence by sentence;
+        at most ``max_text_chars``."""
         self.fresh = False
         """The open stream has had no text yet."""
         self.work: asyncio.Queue[_Work] = asyncio.Queue()
@@ -219,24 +220,40 @@ class WyomingHandler(AsyncEventHandler):
         elif SynthesizeChunk.is_type(event.type):
             if self.buffer is not None:
                 text = _text(SynthesizeChunk.from_event(event).text)
-                if self.held is not None:
-                    self.held += text
-                elif self.ssml and self.fresh and text.lstrip().startswith("<"):
-                    self.held = text
+                if self.held is not None or (self.ssml and self.fresh
+                                             and text.lstrip().startswith("<")):  # fmt: skip
+                    self._hold((self.held or "") + text)
                 else:
-                    for sentence in self.buffer.append(text):
-                        self.work.put_nowait(_Sentence(sentence))
+                    self._queue(text)
                 self.fresh = self.fresh and not text.strip()
         elif SynthesizeStop.is_type(event.type) and self.buffer is not None:
             self._stop_stream()
+
+    def _hold(self, text: str) -> None:
+        """Hold the stream's text while it can still become an SSML document (within
+        ``max_text_chars``, as one text is); release it as plain text once it cannot."""
+        if not may_be_ssml(text):
+            self.held = None
+            self._queue(text)
+            return
+        limit = self.state.settings.max_text_chars
+        if len(text) > limit:
+            raise TextTooLong(f"text is over {limit} characters (max_text_chars)", field="text")
+        self.held = text
+
+    def _queue(self, text: str) -> None:
+        """The stream's next text: each sentence it completes is queued to be spoken."""
+        assert self.buffer is not None
+        for sentence in self.buffer.append(text):
+            self.work.put_nowait(_Sentence(sentence))
 
     def _stop_stream(self) -> None:
         assert self.buffer is not None
         held, self.held = self.held, None
         if held is not None and is_ssml(held):
             self.work.put_nowait(_Sentence(held, ssml=True))
-        elif held is not None:  # it began with "<" but is no document: plain text after all
-            self.buffer.append(held)
+        elif held is not None:  # it began like a document but is none: plain text after all
+            self._queue(held)
         for sentence in self.buffer.flush():
             self.work.put_nowait(_Sentence(sentence))
         self.work.put_nowait(_Stop())
