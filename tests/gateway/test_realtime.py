@@ -204,6 +204,14 @@ OVERLOAD_CALLERS = 48
 figure of issue 37 is about 24), so the service must refuse some to keep the rest playing."""
 OVERLOAD_TRIES = 2
 """Requests each caller makes; a refused one waits its ``Retry-After`` before the next."""
+OVERLOAD_BUFFER_S = 0.4
+"""The overload test's player buffer. Its 48 callers are Python threads on the same two cores
+as the server, so a read reaches its caller when the caller gets the GIL back, not when the
+bytes arrive: reads coalesce (a stream's second read carries the whole rest of its sentence,
+1.0-1.3 s of audio, that the worker sent as several chunks) and arrive up to 0.21 s after
+``PLAYBACK_BUFFER_S``'s schedule (worst of 25 runs on a 2-core AMD EPYC; CI went red once at
+0.19 s, 1 stream of 23). What a worse admission costs is larger: past what the cores carry,
+issue 37 measured streams whole seconds late."""
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +253,7 @@ def test_under_overload_the_excess_is_refused_and_admitted_streams_never_stall(
             raise AssertionError(f"{heard.text!r}: 200 without audio")
         if retry_after:
             return retry_after  # as the refusal asked
-        return heard.reads[0][0] + PLAYBACK_BUFFER_S + heard.audio_s - time.monotonic()
+        return heard.reads[0][0] + OVERLOAD_BUFFER_S + heard.audio_s - time.monotonic()
 
     try:
         call_together(refusing.url, OVERLOAD_CALLERS, OVERLOAD_TRIES, one)
@@ -257,7 +265,7 @@ def test_under_overload_the_excess_is_refused_and_admitted_streams_never_stall(
     assert admitted and refused, f"{len(admitted)} admitted, {len(refused)} refused"
     assert all(wait >= 1 for wait in refused)  # a Retry-After in whole seconds
     stalled = {heard.text: late for heard in admitted
-               if (late := stalls(heard.reads, PLAYBACK_BUFFER_S))}  # fmt: skip
+               if (late := stalls(heard.reads, OVERLOAD_BUFFER_S))}  # fmt: skip
     assert not stalled, (
         f"{len(stalled)} of {len(admitted)} admitted streams ran dry ({len(refused)} refused), "
         f"at these playback positions (s): {stalled}"
