@@ -365,3 +365,4 @@ def test_pipecat_elevenlabs_http_tts_service_speaks_a_reply_with_an_emoji_senten
     before = len(server.completions())
     check_pipecat_turn(asyncio.run(make_and_run()), 24000, sentences_s)
     assert check_emoji_turn(server, before)["format"] == "pcm"
+

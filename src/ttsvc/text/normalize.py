@@ -188,8 +188,9 @@ def has_speakable(text: str) -> bool:
 def require_speakable(text: str) -> str:
     """``normalize(text)``, or :class:`NothingToSay` when there is nothing left to speak.
 
-    Raised up front so a request of only emoji or punctuation fails with a clear 422 instead of
-    producing a silent (or empty) audio stream.
+    Raised up front, before any engine runs: the gateway answers such a request with a short
+    silence marked ``empty_text`` (or a 422 where the caller asked ``empty_text: "error"``)
+    rather than a stream that never ends its first chunk.
     """
     return require_speakable_mapped(text, track=False).text
 

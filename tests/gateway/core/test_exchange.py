@@ -194,6 +194,24 @@ def test_nothing_the_worker_finds_to_say_is_a_short_silence_recorded_200_empty_t
     assert core.state.inflight == 0 and job.uid not in core.state.pool.mailboxes  # type: ignore[union-attr]
 
 
+def test_a_silence_costs_its_key_no_audio_quota(core: Core) -> None:
+    """A key with a quota of exactly one silence's length: were the silence charged, the key
+    would be at 0 and refused (no clock moves here to refill it)."""
+    core.ready()
+    key = core.keyed(Quota(audio_s_per_minute=SILENCE_S))
+
+    async def scenario() -> None:
+        started = asyncio.ensure_future(start_exchange(core.state, order(), Caller(key=key)))
+        job = await core.dispatched()
+        core.say(StreamError(job.uid, 422, "empty_text", "nothing to speak", "text"))
+        exchange, _ = await started
+        assert await gather(exchange.rest()) == []
+        assert exchange.silent and exchange.ticket is not None and exchange.ticket.settled
+
+    core.run(scenario())
+    core.state.limiter.admit(key.name, key.quota, 1)  # not RateLimited: the quota is whole
+
+
 def test_nothing_the_worker_finds_to_say_asked_as_an_error_is_its_422(core: Core) -> None:
     core.ready()
 

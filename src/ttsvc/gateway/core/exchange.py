@@ -253,8 +253,8 @@ class SynthesisExchange:
         if self.failure is not None and not self.buffered:
             metrics.aborted_streams.labels(status).inc()
         metrics.audio_seconds.inc(self.audio_s)
-        if self.ticket is not None:
-            self.state.limiter.settle(self.ticket, self.audio_s)
+        if self.ticket is not None:  # a silence (nothing to speak) costs its key no audio
+            self.state.limiter.settle(self.ticket, 0.0 if self.silent else self.audio_s)
         rtf = None
         if self.compute_s is not None and self.audio_s > 0:
             rtf = round(self.compute_s / self.audio_s, 4)

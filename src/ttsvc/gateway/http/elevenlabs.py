@@ -106,7 +106,7 @@ class AlignedBody(AudioBody):
             chars += self.align.rest(self._ms())
         tail, self._tail = self._tail, b""
         if not tail and not self.samples:
-            return b""  # nothing to say: no line at all (a client would play a line's audio)
+            return b""  # no audio came at all: no line (a client would play a line's audio)
         return self._line(tail, chars) if tail or chars else b""
 
     def failed(self, failure: StreamError) -> bytes:
