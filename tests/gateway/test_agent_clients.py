@@ -8,7 +8,8 @@ whose middle sentence is only an emoji, arriving as its own request as the frame
 each must end the turn with the other sentences' audio and no error. The server answers such a
 sentence with a short silence; before, LiveKit's ``openai.TTS`` retried it into "no audio frames
 were pushed" and Pipecat waited out its stop timeout. That no class went through its retry path
-is read from the server: exactly one request per sentence.
+is read from the server: exactly one request per sentence. Pipecat's ElevenLabs WebSocket class
+must also speak a reply's first sentence before the LLM has written the second.
 
 Skipped, saying so, where the extra is not installed.
 """
@@ -366,3 +367,81 @@ def test_pipecat_elevenlabs_http_tts_service_speaks_a_reply_with_an_emoji_senten
     check_pipecat_turn(asyncio.run(make_and_run()), 24000, sentences_s)
     assert check_emoji_turn(server, before)["format"] == "pcm"
 
+
+@needs("pipecat-ai")
+def test_pipecat_elevenlabs_tts_service_speaks_the_first_sentence_before_the_second_is_written(
+    server: Server, sentences_s: float
+) -> None:
+    """The WebSocket class sends each sentence as Pipecat's aggregator cuts it (``auto_mode``,
+    no flush): its audio must come while the LLM is still writing the next one. The LLM here
+    writes the first sentence and the next one's first word (Pipecat's ``SimpleTextAggregator``
+    releases "Hello there." only once text follows it, as ``"Hello. N"``), then waits for the
+    first audio frame before it writes a word more. Before ``auto_mode`` was honoured, that
+    audio never came (the server held the sentence for more text)."""
+    from pipecat.frames.frames import (  # noqa: PLC0415
+        EndFrame,
+        Frame,
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TTSAudioRawFrame,
+    )
+    from pipecat.pipeline.pipeline import Pipeline  # noqa: PLC0415
+    from pipecat.pipeline.runner import WorkerRunner  # noqa: PLC0415
+    from pipecat.pipeline.worker import PipelineParams, PipelineWorker  # noqa: PLC0415
+    from pipecat.processors.frame_processor import FrameDirection  # noqa: PLC0415
+    from pipecat.services.elevenlabs.tts import ElevenLabsTTSService  # noqa: PLC0415
+    from pipecat.tests.utils import QueuedFrameProcessor  # noqa: PLC0415
+
+    tokens = llm_tokens(f"{REPLY[0]} {REPLY[2]}")
+    head = tokens.index("See ") + 1  # the first sentence and the next one's first word
+
+    async def converse() -> tuple[list[Frame], list[Frame]]:
+        """Frames down before the first audio (inclusive), and all of them after it."""
+        tts = ElevenLabsTTSService(api_key="unused", url=server.url.replace("http://", "ws://"),
+                                   settings=ElevenLabsTTSService.Settings(voice=VOICE))
+        received: asyncio.Queue[Frame] = asyncio.Queue()
+        sink = QueuedFrameProcessor(queue=received, queue_direction=FrameDirection.DOWNSTREAM)
+        worker = PipelineWorker(Pipeline([tts, sink]), cancel_on_idle_timeout=False,
+                                params=PipelineParams(audio_out_sample_rate=24000))
+        started = asyncio.Event()
+
+        @worker.event_handler("on_pipeline_started")
+        async def on_started(*_: object) -> None:
+            started.set()
+
+        async def first_audio() -> list[Frame]:
+            frames: list[Frame] = []
+            while not (frames and isinstance(frames[-1], TTSAudioRawFrame)):
+                frames.append(await received.get())
+            return frames
+
+        async def write() -> list[Frame]:
+            try:
+                await asyncio.wait_for(started.wait(), timeout=30)
+                await worker.queue_frame(LLMFullResponseStartFrame())
+                for token in tokens[:head]:
+                    await worker.queue_frame(LLMTextFrame(token))
+                before = await asyncio.wait_for(first_audio(), timeout=30)
+            except BaseException:
+                await worker.cancel(reason="no first audio")  # an EndFrame would wait for it
+                raise
+            for token in tokens[head:]:
+                await worker.queue_frame(LLMTextFrame(token))
+            await worker.queue_frame(LLMFullResponseEndFrame())
+            await worker.queue_frame(EndFrame())
+            return before
+
+        runner = WorkerRunner()
+        await runner.add_workers(worker)
+        _, before = await asyncio.gather(runner.run(), write())
+        after = []
+        while not received.empty():
+            after.append(received.get_nowait())
+        return before, after
+
+    before, after = asyncio.run(converse())
+    audio = [f for f in before + after if isinstance(f, TTSAudioRawFrame)]
+    assert {f.sample_rate for f in audio} == {24000}
+    check_reply_audio(np.frombuffer(b"".join(f.audio for f in audio), "<i2"), 24000,
+                      sentences_s)  # fmt: skip
