@@ -278,8 +278,11 @@ def test_refusals_are_answered_and_recorded(server: Server, key: str) -> None:
         r = post(server, key, "/stream", {"text": TEXT}, output_format=bad)
         assert r.status_code == 422, r.text
         assert r.json()["field"] == "output_format" and bad in r.text
+    # refused on its field before the voice is looked up (nor waited for)
+    r = post(server, key, "/stream", {"text": TEXT}, voice="nobody", output_format="alaw_8000")
+    assert r.status_code == 422 and r.json()["field"] == "output_format", r.text
     r = post(server, key, "", {"text": TEXT, "voice_settings": {"speed": 9}})
     assert r.status_code == 422 and r.json()["field"] == "voice_settings.speed"
     r = post(server, key, "", {"model_id": "eleven_flash_v2_5"})  # ttsvc's shape: no renaming
     assert r.status_code == 422 and r.json()["field"] == "text"
-    assert refused(server, 422, "invalid_parameter") == invalid + 5
+    assert refused(server, 422, "invalid_parameter") == invalid + 6

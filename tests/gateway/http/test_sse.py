@@ -144,6 +144,11 @@ def test_the_plain_audio_stream_is_unchanged(server: Server) -> None:
         ({"input": "x" * 4097}, 422, "invalid_parameter", "input"),
         ({"stream_format": "chunks"}, 422, "invalid_parameter", "stream_format"),
         ({"response_format": "aac"}, 422, "format_unavailable", "response_format"),
+        # the checks that need no voice come before it is looked up (or waited for)
+        ({"response_format": "aac", "voice": "nobody"}, 422, "format_unavailable",
+         "response_format"),
+        ({"timestamps": True, "stream_format": "audio", "voice": "nobody"}, 422,
+         "invalid_parameter", "timestamps"),
     ],
 )  # fmt: skip
 def test_errors_before_the_stream_are_json(

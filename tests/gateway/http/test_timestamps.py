@@ -98,6 +98,9 @@ def test_whole_file_requests_are_refused_on_the_field(server: Server) -> None:
     assert (r.status_code, r.json()["field"]) == (422, "format")
     r = server.client.post(PATH, json={"text": TEXT, "stream": False})
     assert (r.status_code, r.json()["field"]) == (422, "stream")
+    # before the voice is looked up (nor waited for): the field, not an unknown voice
+    r = server.client.post(PATH, json={"text": TEXT, "format": "flac", "voice": "nobody"})
+    assert (r.status_code, r.json()["field"]) == (422, "format")
 
 
 def test_counted_like_synthesize(server: Server) -> None:

@@ -359,6 +359,14 @@ def test_refusals_unknown_voice_bad_output_format_and_keys(server: Server, key: 
         assert [(m["type"], m["field"]) for m in messages] == [("invalid_parameter",
                                                                 "output_format")]  # fmt: skip
         assert bad in messages[0]["error"]
+    # a bad query is refused on its field before the voice is looked up (nor waited for)
+    for query in ({"voice": "nobody", "output_format": "alaw_8000"}, {"auto_mode": "maybe"},
+                  {"enable_ssml_parsing": "sometimes"}):  # fmt: skip
+        with open_ws(server, key, **query) as ws:
+            messages = read_to_close(ws)
+        assert ws.close_code == 1008
+        field = next(name for name in query if name != "voice")
+        assert [(m["type"], m["field"]) for m in messages] == [("invalid_parameter", field)]
     with open_ws(server, key, output_format=f"pcm_{RATE}") as ws:  # bad messages: the socket stays
         ws.send(b"\x00")
         send(ws, text="no context")

@@ -15,10 +15,10 @@ before; what follows the last word closes the text at the end of its audio.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from ttsvc.audio.encode import FORMATS, OutputFormat
 from ttsvc.audio.resample import SUPPORTED_RATES
@@ -58,6 +58,25 @@ def output_format(value: str | None) -> tuple[OutputFormat, int]:
     raise InvalidParameter(f"output_format {name[:64]!r} is not served here: pcm_<rate> "
                            f"and mp3_<rate>_<kbps> with a rate of {rates}, or ulaw_8000",
                            field="output_format")  # fmt: skip
+
+
+_FLAG = TypeAdapter(bool)
+
+
+def query_flag(query: Mapping[str, str], name: str) -> bool:
+    """A yes/no query parameter (``auto_mode``, ``enable_ssml_parsing``, ``sync_alignment``)
+    read as the HTTP routes read theirs: FastAPI's ``bool``, which is pydantic's (``true`` /
+    ``false``, ``1`` / ``0``, ``yes`` / ``no``, ``on`` / ``off``, any case), absent is false.
+    The WebSockets read their query by hand, so without this ``True`` meant true on one
+    transport and false on the other. Anything else is refused, naming the parameter."""
+    value = query.get(name)
+    if value is None:
+        return False
+    try:
+        return _FLAG.validate_python(value)
+    except ValidationError:
+        raise InvalidParameter(f"{name} must be true or false, not {value[:32]!r}",
+                               field=name) from None
 
 
 Char = tuple[str, int, int]

@@ -145,9 +145,9 @@ def add_elevenlabs_routes(app: FastAPI, state: GatewayState,
                     fmt_name: str | None, ssml: bool, *, stream: bool,
                     aligned: type[AlignedBody] | None) -> Response:  # fmt: skip
         caller = http_caller(request)
-        voice = await state.resolve_voice(voice_id, caller)
-        fmt, rate = output_format(fmt_name)
+        fmt, rate = output_format(fmt_name)  # before the voice (and any wait for it)
         caller.labels["format"] = fmt.name
+        voice = await state.resolve_voice(voice_id, caller)
         timestamps = aligned is not None
         if timestamps:
             try:

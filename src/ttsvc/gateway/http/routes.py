@@ -228,18 +228,19 @@ def _add_speech(
         if body.model not in OPENAI_MODELS:
             raise UnknownModel(f"unknown model {body.model!r}: GET /v1/models lists them",
                                field="model")  # fmt: skip
-        voice = await state.resolve_voice(
-            body.voice if isinstance(body.voice, str) else body.voice.id, caller
-        )
         if body.response_format == "aac":
             raise FormatUnavailable("aac is not available (no AAC encoder here): use mp3, opus, "
                                     "flac, wav or pcm", field="response_format")  # fmt: skip
+        if body.timestamps and body.stream_format != "sse":
+            raise InvalidParameter("timestamps travel in speech events: set stream_format "
+                                   '"sse" (or use /synthesize/with-timestamps)',
+                                   field="timestamps")  # fmt: skip
+        # the checks that need no voice come first: a bad request is not held in a voice wait
+        voice = await state.resolve_voice(
+            body.voice if isinstance(body.voice, str) else body.voice.id, caller
+        )
         fmt = FORMATS[body.response_format]
         if body.timestamps:
-            if body.stream_format != "sse":
-                raise InvalidParameter("timestamps travel in speech events: set stream_format "
-                                       '"sse" (or use /synthesize/with-timestamps)',
-                                       field="timestamps")  # fmt: skip
             state.require_durations(voice)
         order = SpeechOrder(text=body.input, voice=voice, format=fmt,
                             stream=streamed(fmt, body.stream), api="openai", speed=body.speed,

@@ -91,7 +91,6 @@ def add_timestamps_route(
     @app.post(PATH, dependencies=guarded)
     async def with_timestamps(body: TimestampedRequest, request: Request) -> Response:
         http_caller(request).labels["format"] = body.format
-        voice = await state.resolve_voice(body.voice, http_caller(request))
         fmt = FORMATS[body.format]
         if body.stream is False or not fmt.streams:
             raise InvalidParameter(
@@ -99,6 +98,7 @@ def add_timestamps_route(
                 f"{body.stream} is not (use pcm, wav, mp3, opus or mulaw)",
                 field="format" if not fmt.streams else "stream",
             )
+        voice = await state.resolve_voice(body.voice, http_caller(request))  # after the checks
         state.require_durations(voice)
         order = SpeechOrder.from_settings(body, text=body.text, voice=voice,
                                           speaker=await state.speaker_of(voice, body.speaker),

@@ -29,6 +29,7 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, WebSocket
@@ -46,7 +47,7 @@ from ttsvc.errors import (
     TTSError,
 )
 from ttsvc.gateway.core.caller import Caller
-from ttsvc.gateway.core.elevenlabs import Alignment, Char, output_format
+from ttsvc.gateway.core.elevenlabs import Alignment, Char, output_format, query_flag
 from ttsvc.gateway.core.exchange import SynthesisExchange, WorkerReportedError, start_exchange
 from ttsvc.gateway.core.idle import IdleClock, IdleConnection
 from ttsvc.gateway.core.keys import ApiKey
@@ -100,6 +101,19 @@ FATAL = {Draining.type: 1012, ShutDown.type: 1012}
 
 class _Left(Exception):
     """The client is gone: a message could not be sent."""
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What a socket's query asks for, read before its voice is looked up."""
+
+    fmt: OutputFormat
+    rate: int
+    idle_s: float
+    empty_text: EmptyText
+    per_context: bool
+    auto: bool
+    ssml: bool
 
 
 @dataclass(eq=False)
@@ -470,40 +484,56 @@ def install(app: FastAPI, state: GatewayState) -> None:
         try:
             key = check_upgrade(state, ws, f"Bearer {xi_key}" if xi_key
                                 else ws.headers.get("authorization"))  # fmt: skip
-            voice = await state.resolve_voice(voice_id, caller)
-            try:
-                state.require_durations(voice)
-            except TimestampsUnavailable:
-                timestamps = False  # engines without durations: audio without alignment
+        except TTSError as exc:
+            await refuse(state, ws, exc, caller)
+            return
+        options: _Options | InvalidParameter
+        try:
+            options = read_options(ws.query_params)  # before the voice: no wait for a bad query
+        except InvalidParameter as exc:
+            options = exc  # refused after the handshake, as ElevenLabs refuses it: 1008
+        try:
+            if isinstance(options, InvalidParameter):
+                voice = voice_id  # to be refused anyway: not looked up, nor waited for
+            else:
+                voice = await state.resolve_voice(voice_id, caller)
+                try:
+                    state.require_durations(voice)
+                except TimestampsUnavailable:
+                    timestamps = False  # engines without durations: audio without alignment
             seat = take_seat(state)
         except TTSError as exc:
             await refuse(state, ws, exc, caller)
             return
         with seat:
             await ws.accept()
-            await run(ws, key, voice, timestamps, single, started)
+            await run(ws, key, voice, timestamps, single, started, options)
+
+    def read_options(query: Mapping[str, str]) -> _Options:
+        return _Options(*output_format(query.get("output_format")),
+                        idle_s=inactivity(query.get("inactivity_timeout"),
+                                          state.settings.ws_idle_timeout_s),
+                        empty_text=empty_text_mode(query.get("empty_text")),
+                        per_context=query_flag(query, "sync_alignment"),
+                        auto=query_flag(query, "auto_mode"),
+                        ssml=query_flag(query, "enable_ssml_parsing"))  # fmt: skip
 
     async def run(ws: WebSocket, key: ApiKey | None, voice: str, timestamps: bool,
-                  single: bool, started: float) -> None:  # fmt: skip
-        query = ws.query_params
-        try:
-            fmt, rate = output_format(query.get("output_format"))
-            idle_s = inactivity(query.get("inactivity_timeout"), state.settings.ws_idle_timeout_s)
-            empty_text = empty_text_mode(query.get("empty_text"))
-        except TTSError as exc:  # after the handshake, as ElevenLabs refuses it: 1008
+                  single: bool, started: float,
+                  options: _Options | InvalidParameter) -> None:  # fmt: skip
+        if isinstance(options, InvalidParameter):
             caller = Caller(started=started, key=key, voice=voice)
-            record_refusal(state, caller, exc.to_body(), exc.status)
+            record_refusal(state, caller, options.to_body(), options.status)
             with contextlib.suppress(Exception):
-                await ws.send_text(json.dumps(error_message(exc, None)))
+                await ws.send_text(json.dumps(error_message(options, None)))
                 await ws.close(1008)
             return
+        fmt, rate = options.fmt, options.rate
         session = ElevenLabsSession(state, ws, key, voice, fmt, rate, single=single,
-                                    per_context=query.get("sync_alignment", "").lower() == "true",
-                                    timestamps=timestamps, idle_s=idle_s,
-                                    auto=query.get("auto_mode", "").lower() == "true",
-                                    empty_text=empty_text,
-                                    ssml=query.get("enable_ssml_parsing", "").lower() == "true",
-                                    )  # fmt: skip
+                                    per_context=options.per_context, timestamps=timestamps,
+                                    idle_s=options.idle_s, auto=options.auto,
+                                    empty_text=options.empty_text,
+                                    ssml=options.ssml)  # fmt: skip
         try:
             await session.run()
         finally:
