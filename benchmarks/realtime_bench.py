@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -104,6 +106,38 @@ async def buckets(client: httpx.AsyncClient, system: System) -> dict[str, dict[f
     return out
 
 
+LOAD_GAUGES = {"capacity": "ttsvc_worker_capacity_audio_seconds_per_second",
+               "demand": "ttsvc_worker_demand_audio_seconds_per_second",
+               "held": "ttsvc_worker_admission_waiting_streams"}
+"""ttsvc's workers' own view of their load (summed over the workers), sampled during each level:
+the capacity admission trusts beside the audio the level really got."""
+SAMPLE_S = 0.5
+"""How often the load gauges are sampled (the workers report every 0.5 s)."""
+
+
+async def load_samples(client: httpx.AsyncClient, system: System,
+                       stop: asyncio.Event) -> dict[str, list[float]]:  # fmt: skip
+    """``LOAD_GAUGES`` read every ``SAMPLE_S`` until ``stop`` (nothing where the system has no
+    metrics port)."""
+    out: dict[str, list[float]] = {key: [] for key in LOAD_GAUGES}
+    while system.metrics_port is not None and not stop.is_set():
+        try:
+            resp = await client.get(f"http://{HOST}:{system.metrics_port}/metrics", timeout=5.0)
+            resp.raise_for_status()
+        except httpx.HTTPError:
+            break
+        sums = dict.fromkeys(LOAD_GAUGES, 0.0)
+        for family in text_string_to_metric_families(resp.text):
+            for key, name in LOAD_GAUGES.items():
+                if family.name == name:
+                    sums[key] += sum(float(x.value) for x in family.samples)
+        for key, value in sums.items():
+            out[key].append(value)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), SAMPLE_S)
+    return out
+
+
 def bucket_pct(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
     """The ``q``-th percentile (ms) of the observations between two readings of a cumulative
     histogram, interpolated linearly inside its bucket (None with no observation)."""
@@ -144,7 +178,8 @@ def row(run: LevelRun) -> dict[str, Any]:
         "audio_s_per_s": s["audio_s_per_s"],
         "wall_s": s["wall_s"],
         **{k: s.get(k) for k in ("deadline_misses", "deadline_late_s", "server_ttfa_p50_ms",
-                                 "server_ttfa_p99_ms", "queue_wait_p99_ms")},
+                                 "server_ttfa_p99_ms", "queue_wait_p99_ms", "capacity_mean",
+                                 "demand_mean", "held_max")},
     }
 
 
@@ -153,8 +188,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     lines = [
         "| system | load | sent | admitted | refused % | other errors | admitted stalled % | "
         "TTFA p50 ms | TTFA p99 ms | server TTFA p50/p99 ms | queue wait p99 ms | goodput /s | "
-        "audio-s/s | deadline misses |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "audio-s/s | deadline misses | capacity / demand (mean) | held (max) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         load = "1 client, closed" if r["kind"] == "closed" else f"{r['callers']} callers"
@@ -164,7 +199,9 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             f"{fmt(r['ttfa_p50_ms'])} | {fmt(r['ttfa_p99_ms'])} | "
             f"{fmt(r.get('server_ttfa_p50_ms'))}/{fmt(r.get('server_ttfa_p99_ms'))} | "
             f"{fmt(r.get('queue_wait_p99_ms'))} | {fmt(r['goodput_per_s'], 2)} | "
-            f"{fmt(r['audio_s_per_s'], 1)} | {fmt(r.get('deadline_misses'), 0)} |"
+            f"{fmt(r['audio_s_per_s'], 1)} | {fmt(r.get('deadline_misses'), 0)} | "
+            f"{fmt(r.get('capacity_mean'), 1)} / {fmt(r.get('demand_mean'), 1)} | "
+            f"{fmt(r.get('held_max'), 0)} |"
         )
     return "\n".join(lines)
 
@@ -205,6 +242,8 @@ async def level(system: System, client: httpx.AsyncClient, corpus: Sequence[str]
 
     before = await deadline_counters(client, system)
     hist_before = await buckets(client, system)
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(load_samples(client, system, stop))
     if kind == "closed":
         records, wall, hit = await closed_loop(send, make, 1, args.closed_streams,
                                                args.max_seconds)  # fmt: skip
@@ -215,7 +254,13 @@ async def level(system: System, client: httpx.AsyncClient, corpus: Sequence[str]
             send, make, callers, args.streams, args.max_seconds, listen=True,
             stagger_s=stagger, think_s=args.think_s, seed=args.seed + callers,
         )  # fmt: skip
+    stop.set()
+    samples = await sampler
     usage: dict[str, Any] = dict(counter_delta(before, await deadline_counters(client, system)))
+    if samples["capacity"]:
+        usage["capacity_mean"] = statistics.fmean(samples["capacity"])
+        usage["demand_mean"] = statistics.fmean(samples["demand"])
+        usage["held_max"] = max(samples["held"])
     hist_after = await buckets(client, system)
     for key, after in hist_after.items():
         was = hist_before.get(key, {})
@@ -229,7 +274,9 @@ async def level(system: System, client: httpx.AsyncClient, corpus: Sequence[str]
     print(f"  {system.name:14s} {kind} {callers:>4d}: {r['admitted']}/{r['sent']} admitted, "
           f"refused {fmt(r['refused_pct'])}%, stalled {fmt(r['stalled_pct'], 2)}%, TTFA p50 "
           f"{fmt(r['ttfa_p50_ms'])} p99 {fmt(r['ttfa_p99_ms'])} ms, goodput "
-          f"{fmt(r['goodput_per_s'], 2)}/s", file=sys.stderr, flush=True)  # fmt: skip
+          f"{fmt(r['goodput_per_s'], 2)}/s, {fmt(r['audio_s_per_s'], 1)} audio-s/s against "
+          f"capacity {fmt(r.get('capacity_mean'), 1)} (demand {fmt(r.get('demand_mean'), 1)}, "
+          f"held {fmt(r.get('held_max'), 0)})", file=sys.stderr, flush=True)  # fmt: skip
     return run
 
 

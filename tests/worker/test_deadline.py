@@ -450,3 +450,31 @@ def test_cancel_during_a_step_ends_the_stream_once(synth: Synthesizer) -> None:
     sched.step(stream, sent.append)
     assert [type(m) for m in sent] == [StreamDone]
     assert "a" not in sched.streams
+
+
+def test_a_fresh_streams_first_chunk_is_one_step(
+    synth: Synthesizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its front end, acoustic run and first window run back to back in one step, as
+    ``busy_until`` and ``budget`` count it: between them it would queue behind playing streams
+    again. The steps after it are single engine calls."""
+    calls: list[str] = []
+    run_call = synth.run_call
+
+    def counted(call: FrameCall) -> object:
+        calls.append(call.stage)
+        return run_call(call)
+
+    monkeypatch.setattr(synth, "run_call", counted)
+    sched = scheduler(synth, FakeClock())
+    sched.add(job("a"))
+    stream = sched.streams["a"]
+    sent: list[FromWorker] = []
+    stream.running = True
+    sched.step(stream, sent.append)
+    assert [type(m) for m in sent] == [AudioChunkMsg]
+    assert calls == ["acoustic", "flow", "vocoder"]
+    assert stream.pending is not None and not stream.running
+    stream.running = True
+    sched.step(stream, sent.append)
+    assert len(calls) == 4  # one engine call

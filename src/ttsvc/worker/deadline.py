@@ -11,11 +11,13 @@ each use K cores while the engine weights are loaded once per process.
 Three rules keep streams playing:
 
 * **Steps are single engine runs** (``FrameCall``: a sentence's acoustic run, a flow chunk, a
-  vocoder window), so no step carries another's cost, and the window and flow sizes are bounded
-  by ``budget``: a step may last as long as the other threads can serve every other stream
-  (and a newcomer, while one could be admitted) in time without it, with a floor that keeps
-  the overlap cost small. Costs are estimated from those measured at start, scaled by how much
-  slower steps run now (cores shared with the gateway and clients).
+  vocoder window), so no step carries another's cost, except a fresh stream's first chunk (its
+  front end, acoustic run and first window in one step: queued again between them behind
+  playing streams, its first audio waited a step floor per call). The window and flow sizes
+  are bounded by ``budget``: a step may last as long as the other threads can serve every
+  other stream (and a newcomer, while one could be admitted) in time without it, with a floor
+  that keeps the overlap cost small. Costs are estimated from those measured at start, scaled
+  by how much slower steps run now (cores shared with the gateway and clients).
 * **A fresh stream is due ``first_audio_s`` after it arrived**, so its first window goes before
   running streams that still have more audio buffered than that, and after those that do not.
 * **Admission by real-time capacity.** An admitted stream needs up to one audio second per
@@ -166,12 +168,18 @@ class DeadlineScheduler(DeadlinePolicy):
         return time.monotonic() - min(started) if started else 0.0
 
     def step(self, stream: Live, send: Send) -> None:
-        """Run one engine call of ``stream`` (marked running) and send the chunks it completes."""
+        """Run one engine call of ``stream`` (marked running; a fresh one: every call up to its
+        first chunk) and send the chunks it completes."""
         started = time.perf_counter()
         chunks: list[AudioChunk] = []
         ended = False
         try:
             ended = self._advance(stream, chunks)
+            # a fresh stream's first chunk is one step: its front end, acoustic run and first
+            # window back to back on this thread, as ``busy_until`` and ``budget`` count it,
+            # never queued again behind playing streams between its calls
+            while not (ended or chunks or stream.cancelled) and stream.first_sent_at is None:
+                ended = self._advance(stream, chunks)
             samples = [stream.resample(c) for c in chunks]
         except Exception as exc:  # a bug or a TTSError fails this stream, never the thread
             self._fail(stream, exc, send)
