@@ -202,6 +202,7 @@ def test_split_flags_reach_the_settings(no_ttsvc_env: object) -> None:
     assert (legacy.workers, legacy.compute_threads, legacy.scheduler) == (8, 1, "legacy")
     assert legacy.realtime_load == 0.5
     assert split_settings("--step-floor-ms", "40").step_floor_ms == 40.0
+    assert split_settings("--window-growth", "3").schedule().growth == 3.0
     assert split("--cpus", "8", "--compute-threads", "2") == (4, 2)
     assert split("--cpus", "8", "--workers", "3", "--compute-threads", "1") == (3, 1)
     assert split_settings("--cpus", "8").cpu_budget() == CpuBudget(8, "cpus setting")

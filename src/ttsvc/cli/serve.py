@@ -66,6 +66,9 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="when every worker's real-time capacity is taken: refuse a new stream "
                    "with 429 no_headroom and a Retry-After at once, or queue it on the least "
                    "loaded worker until it has room (default: refuse)")
+    p.add_argument("--window-growth", type=float, default=None,
+                   help="how much larger each vocoder window of a sentence may be than the one "
+                   "before (default 8)")
     p.add_argument("--step-floor-ms", type=float, default=None,
                    help="shortest bound the deadline scheduler puts on a step: larger overlaps "
                    "less (throughput), a stream needing a thread waits longer (default 50)")
