@@ -172,6 +172,8 @@ def row(run: LevelRun) -> dict[str, Any]:
         "other_errors": s["errors"] - s["refused"],
         "errors_by_kind": s["errors_by_kind"],
         "stalled_pct": None if s["underrun_share"] is None else 100.0 * s["underrun_share"],
+        "cushion_p1_ms": s["cushion_p1_ms"],
+        "cushion_p5_ms": s["cushion_p5_ms"],
         "ttfa_p50_ms": s["ttfa_p50_ms"],
         "ttfa_p99_ms": s["ttfa_p99_ms"],
         "goodput_per_s": s["goodput_qps"],
@@ -187,15 +189,17 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     """Markdown table of every system at every level."""
     lines = [
         "| system | load | sent | admitted | refused % | other errors | admitted stalled % | "
-        "TTFA p50 ms | TTFA p99 ms | server TTFA p50/p99 ms | queue wait p99 ms | goodput /s | "
-        "audio-s/s | deadline misses | capacity / demand (mean) | held (max) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "cushion p1/p5 ms | TTFA p50 ms | TTFA p99 ms | server TTFA p50/p99 ms | "
+        "queue wait p99 ms | goodput /s | audio-s/s | deadline misses | "
+        "capacity / demand (mean) | held (max) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         load = "1 client, closed" if r["kind"] == "closed" else f"{r['callers']} callers"
         lines.append(
             f"| {r['system']} | {load} | {r['sent']} | {r['admitted']} | "
             f"{fmt(r['refused_pct'])} | {r['other_errors']} | {fmt(r['stalled_pct'], 2)} | "
+            f"{fmt(r.get('cushion_p1_ms'))}/{fmt(r.get('cushion_p5_ms'))} | "
             f"{fmt(r['ttfa_p50_ms'])} | {fmt(r['ttfa_p99_ms'])} | "
             f"{fmt(r.get('server_ttfa_p50_ms'))}/{fmt(r.get('server_ttfa_p99_ms'))} | "
             f"{fmt(r.get('queue_wait_p99_ms'))} | {fmt(r['goodput_per_s'], 2)} | "
@@ -272,7 +276,8 @@ async def level(system: System, client: httpx.AsyncClient, corpus: Sequence[str]
     run = LevelRun(system.name, kind, callers, 0, wall, hit, records, usage)
     r = row(run)
     print(f"  {system.name:14s} {kind} {callers:>4d}: {r['admitted']}/{r['sent']} admitted, "
-          f"refused {fmt(r['refused_pct'])}%, stalled {fmt(r['stalled_pct'], 2)}%, TTFA p50 "
+          f"refused {fmt(r['refused_pct'])}%, stalled {fmt(r['stalled_pct'], 2)}% (cushion p1 "
+          f"{fmt(r['cushion_p1_ms'])} ms), TTFA p50 "
           f"{fmt(r['ttfa_p50_ms'])} p99 {fmt(r['ttfa_p99_ms'])} ms, goodput "
           f"{fmt(r['goodput_per_s'], 2)}/s, {fmt(r['audio_s_per_s'], 1)} audio-s/s against "
           f"capacity {fmt(r.get('capacity_mean'), 1)} (demand {fmt(r.get('demand_mean'), 1)}, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from ttsvc.windows import WindowSchedule
@@ -33,12 +34,33 @@ def test_playback_cap_keeps_each_window_inside_the_audio_already_sent() -> None:
     sent = 0
     for start, end in plan:  # a merged tail too stays within the cap
         if sent >= 16:  # the first windows are at least ``first`` frames whatever the cap says
-            assert (end - start + context) * cost <= 0.5 * sent * frame_s + 1e-9
+            usable = sent * frame_s - schedule.delivery_s
+            assert (end - start + context) * cost <= 0.5 * usable + 1e-9
         sent = end
 
 
+def test_the_window_after_a_lone_first_chunk_leaves_its_audio_time_to_travel() -> None:
+    """Issue 37: after a lone stream's 4-frame first chunk (46 ms of audio) the cap let the
+    second window grow to 32 frames (~23 ms of compute with its flow call), and 1-2 % of one
+    client's streams ran dry there; the audio the chunk's delivery takes is not the window's."""
+    cost, frame_s = 0.0006, 256 / 22050  # the default voice's figures on a 2-core Xeon
+    lone = WindowSchedule().alone()
+    plan = list(lone.windows(215, frame_cost_s=cost, frame_s=frame_s))
+    (s1, e1), (s2, e2) = plan[:2]
+    assert e1 - s1 == 4
+    assert (e2 - s2) * cost <= 0.5 * (e1 * frame_s - lone.delivery_s) + 1e-9
+    assert e2 - s2 >= lone.first  # never below the first window
+    ignoring = dataclasses.replace(lone, delivery_s=0.0)
+    old = list(ignoring.windows(215, frame_cost_s=cost, frame_s=frame_s))
+    assert old[1][1] - old[1][0] > e2 - s2  # what counting the whole chunk allowed
+    # after a shared 16-frame first chunk (186 ms) the growth, not the cap, sizes window 2
+    shared = list(WindowSchedule().windows(2000, frame_cost_s=cost, frame_s=frame_s))
+    assert shared[1][1] - shared[1][0] == WindowSchedule().first * 8
+
+
 def test_budget_caps_each_later_window_but_never_below_shared_min() -> None:
-    schedule = WindowSchedule(first=8, growth=8.0, max=512, shared_min=32)
+    # no delivery time to leave: the playback cap out of the way of the budget's figures
+    schedule = WindowSchedule(first=8, growth=8.0, max=512, shared_min=32, delivery_s=0.0)
     cost, frame_s, context = 0.0006, 256 / 22050, 24
     asked: list[int] = []
     budgets = iter([0.030, None, 0.001, 10.0] + [0.030] * 100)

@@ -36,7 +36,9 @@ def summarize_records(records: Sequence[Record], wall_s: float) -> dict[str, Any
     """The figures of one level: rates over ``wall_s``; latency and audio over ok requests only.
 
     Errors are counted by kind (``http_429``, an exception name, ``no_audio``,
-    ``client_cap``). ``underrun_share`` is the fraction of ok streams with at least one underrun.
+    ``client_cap``). ``underrun_share`` is the fraction of ok streams with at least one underrun;
+    ``cushion_p1_ms`` and ``cushion_p5_ms`` are low percentiles of each ok stream's least queued
+    audio (``Playback.cushion_s``), how near the level ran to stalling.
     ``realtime_share`` is the fraction of all requests that were real-time streams: ok, first
     audio within ``REALTIME_TTFA_MS``, no underrun (a whole WAV after 9 s never underruns, but
     nobody would call it real-time); ``goodput_qps`` is those streams per second, and
@@ -52,6 +54,7 @@ def summarize_records(records: Sequence[Record], wall_s: float) -> dict[str, Any
     wall = wall_s if wall_s > 0 else float("nan")
     audio = sum(r.audio_s for r in ok)
     underrun_streams = sum(1 for r in ok if r.underruns > 0)
+    cushions = [r.cushion_ms for r in ok if r.cushion_ms is not None]
     good = sum(1 for r in ok if r.underruns == 0 and r.ttfa_ms is not None
                and r.ttfa_ms <= REALTIME_TTFA_MS)  # fmt: skip
     refused = errors.get("http_429", 0)
@@ -73,6 +76,8 @@ def summarize_records(records: Sequence[Record], wall_s: float) -> dict[str, Any
         "underruns_total": sum(r.underruns for r in ok),
         "underrun_streams": underrun_streams,
         "underrun_share": underrun_streams / len(ok) if ok else None,
+        "cushion_p1_ms": pct(cushions, 1),
+        "cushion_p5_ms": pct(cushions, 5),
         "refused": refused,
         "refused_share": refused / len(records) if records else None,
         "goodput_qps": good / wall,

@@ -10,6 +10,11 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+DELIVERY_S = 0.03
+"""A chunk must reach the player, not only leave the worker, by its deadline: the pipe, the
+gateway's event loop and the socket take about this long on a loaded machine (the worker's
+deadlines count it too, ``worker.deadline_policy``)."""
+
 Budget = Callable[[], "float | None"]
 """Compute seconds the next window may take (None: no limit), asked as it is sized."""
 
@@ -34,8 +39,16 @@ class WindowSchedule:
     max: int = 512
     """...and at most this many frames."""
     realtime_share: float = 0.5
-    """A window may take at most this share of the audio already sent to compute (the rest is
-    headroom for other streams on the same worker)."""
+    """A window may take at most this share of the audio already sent, less ``delivery_s``, to
+    compute (the rest is headroom for other streams on the same worker)."""
+    delivery_s: float = DELIVERY_S
+    """Audio already sent that the next window's compute cannot use, because the chunk must
+    also travel to the player by then. It matters only after a lone stream's 4-frame first
+    chunk (46 ms of audio): counting all of it let the second window grow to 32 frames, ~23 ms
+    of compute with its flow call, and 1-2 % of one client's streams ran dry there by 1-6 ms
+    (``docs/decisions.md``); 16 ms of it leave 13 frames. After a 16-frame first chunk (186
+    ms) it trims the second window below the growth's 128 frames only where a frame costs more
+    than ~0.6 ms."""
     shared_min: int = 32
     """Frames a window keeps however small a ``budget`` asks for: below this the vocoder's
     context would cost more than the window's own frames."""
@@ -57,7 +70,8 @@ class WindowSchedule:
     def __post_init__(self) -> None:
         if self.first < 1 or self.max < self.first or self.growth < 1.0 or self.alone_first < 0:
             raise ValueError(f"invalid window schedule {self}")
-        if not 0.0 < self.realtime_share <= 1.0 or not 0.0 <= self.budget_share <= 1.0:
+        if not 0.0 < self.realtime_share <= 1.0 or not 0.0 <= self.budget_share <= 1.0 \
+                or self.delivery_s < 0.0:
             raise ValueError(f"invalid window schedule {self}")
 
     def alone(self) -> WindowSchedule:
@@ -102,13 +116,15 @@ class WindowSchedule:
             size = min(self.max, max(size + 1, int(size * self.growth)))
             next_limit = float("inf")
             if frame_cost_s > 0:
-                next_limit = self.realtime_share * end * frame_s / frame_cost_s - context
+                usable = end * frame_s - self.delivery_s
+                next_limit = self.realtime_share * usable / frame_cost_s - context
                 size = max(self.first, min(size, int(next_limit)))
             tail = frames - end
             if start > 0 and tail < size // 2 and frames - start <= limit:
                 end = frames  # a short tail costs a window's context for little audio: merge it
-            elif start == 0 and 0 < tail < max(2, self.first // 2):
-                end = frames  # a sliver after the first window: a few frames more cost less
+            elif 0 < tail < max(2, self.first // 2):
+                end = frames  # a sliver after this window (the cap kept it from merging above):
+                # a few frames more cost less than a window of its own
             elif 0 < tail < self.first < end - start:
                 # the budget keeps the tail out of this window: leave it a first window's
                 # frames rather than a sliver that pays a whole window's context

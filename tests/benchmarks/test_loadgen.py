@@ -52,6 +52,18 @@ def test_playback_resumes_from_the_late_read() -> None:
     assert heard.stall_s == pytest.approx(0.95 + 0.5)
 
 
+def test_playback_cushion_is_the_least_audio_queued_when_a_read_arrived() -> None:
+    # 0.1 s queued at 0, 0.04 s of it left at 0.06; the queue then plays until 0.25, so a
+    # read at 0.23 finds 0.02 s left: the least, and no underrun
+    heard = playback([(0.0, 0.1), (0.06, 0.1), (0.1, 0.05), (0.23, 0.1)])
+    assert heard.underruns == 0
+    assert heard.cushion_s == pytest.approx(0.02)
+    late = playback([(0.0, 0.1), (0.25, 0.1)])
+    assert late.cushion_s == pytest.approx(-0.15)  # a stall: negative, by how long
+    assert playback([(0.0, 0.1)]).cushion_s is None  # one read: nothing to wait for
+    assert playback([]).cushion_s is None
+
+
 def test_playback_ignores_reads_without_audio() -> None:
     assert playback([(0.0, 0.0), (5.0, 0.1), (5.05, 0.0), (5.08, 0.1)]).underruns == 0
     assert playback([]).underruns == 0

@@ -11,9 +11,10 @@ import pytest
 from ttsvc.backends.base import EngineSet
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
 from ttsvc.synthesis import FrameCall, SynthesisParams, Synthesizer
+from ttsvc.windows import DELIVERY_S
 from ttsvc.worker.costs import Capacity
 from ttsvc.worker.deadline import DeadlineScheduler
-from ttsvc.worker.deadline_policy import DELIVERY_S, GUARD_S, STEP_FLOOR_S, Live
+from ttsvc.worker.deadline_policy import GUARD_S, STEP_FLOOR_S, Live
 
 TEXT = "Your order has shipped. It will arrive on Thursday between nine and noon."
 

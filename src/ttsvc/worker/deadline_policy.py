@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ttsvc.synthesis import Synthesizer
+from ttsvc.windows import DELIVERY_S
 from ttsvc.worker.costs import Capacity, call_cost, chunk_cost, first_late
 from ttsvc.worker.streams import ActiveStream
 
@@ -33,9 +34,6 @@ closed loop of 16 in process, 0.6 % of streams stalled against 3.8 %, TTFA p99 3
 GUARD_S = 0.1
 """A playing stream whose next step must start within this goes before fresh streams: about
 the longest step another thread may be in the middle of when it is picked."""
-DELIVERY_S = 0.03
-"""A chunk must reach the player, not only leave the worker, by its deadline: the pipe, the
-gateway's event loop and the socket take about this long on a loaded machine."""
 AUDIO_PER_CHAR_S = 0.07
 """Seconds of audio per character of English text at speed 1, until the worker measures it."""
 AUDIO_PER_CHAR_MEMORY = 50
