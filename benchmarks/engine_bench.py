@@ -42,6 +42,7 @@ from bench_common import (
     utc_timestamp,
     write_json,
 )
+from ttsvc.backends.base import StreamCarry, StreamingEngine
 from ttsvc.backends.loader import load_engine_set
 from ttsvc.backends.onnxruntime import create_session
 from ttsvc.compile.build import ensure_default_voice
@@ -88,6 +89,19 @@ def parse_schedules(spec: str) -> dict[str, WindowSchedule]:
     if not schedules:
         raise SystemExit("--schedules: need at least one schedule")
     return schedules
+
+
+def parse_batches(spec: str) -> list[int]:
+    """``"1,2,4,8"`` to batch sizes (``""``: none, the batch measurement is skipped)."""
+    try:
+        sizes = sorted({int(item) for item in spec.split(",") if item.strip()})
+    except ValueError:
+        raise SystemExit(f"--batches: {spec!r} is not a list of integers") from None
+    if any(size < 1 for size in sizes):
+        raise SystemExit("--batches: batch sizes start at 1")
+    if sizes and sizes[0] != 1:
+        sizes.insert(0, 1)  # every ratio is against batch 1
+    return sizes
 
 
 # --------------------------------------------------------------------------- statistics
@@ -530,6 +544,74 @@ def checks(summary: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+# --------------------------------------------------------------------------- batching
+
+
+def bench_batches(synth: Synthesizer, sizes: Sequence[int], widths: Sequence[int],
+                  rounds: int) -> dict[str, Any]:  # fmt: skip
+    """Per stage (flow, vocoder) and window width, one stateful window for ``B`` streams in one
+    call, for each ``B`` in ``sizes``: what cross-stream batching would buy on this CPU (issue
+    40: measure batch 1, 2, 4 and 8 on the engine before the scheduler batches).
+
+    Each call runs from a zero state at position 0 (the graphs take one position for the whole
+    batch: enough to price the work, which is the same at any position inside a sentence).
+    The sizes rotate order every round, so drift lands on all alike. Reported per size: the
+    call's median ms, the median µs per stream-frame, and that over batch 1's (below 1: a
+    batch computes a stream's frame for less)."""
+    engines = {"flow": synth.engines.flow, "vocoder": synth.engines.vocoder}
+    channels = synth.engines.manifest.latent_channels  # the flow's and the vocoder's input
+    out: dict[str, Any] = {}
+    rng = np.random.default_rng(0)
+    for stage, engine in engines.items():
+        if not isinstance(engine, StreamingEngine):
+            out[stage] = {"skipped": "not a stateful engine"}
+            continue
+        out[stage] = {}
+        for width in widths:
+            inputs = {b: (rng.standard_normal((b, channels, width)) * 0.3).astype(np.float32)
+                      for b in sizes}  # fmt: skip
+            timings: dict[int, list[float]] = {b: [] for b in sizes}
+            for b in sizes:  # warm each shape once: ONNX Runtime plans per shape
+                engine.step(inputs[b], StreamCarry(10**6))
+            for index in range(rounds):
+                turn = index % len(sizes)
+                for b in [*sizes[turn:], *sizes[:turn]]:
+                    started = time.perf_counter()
+                    engine.step(inputs[b], StreamCarry(10**6))
+                    timings[b].append(time.perf_counter() - started)
+            base = float(np.median(timings[sizes[0]])) / (sizes[0] * width)
+            out[stage][str(width)] = {
+                str(b): {
+                    "call_ms": ms(float(np.median(t))),
+                    "us_per_stream_frame": round(1e6 * float(np.median(t)) / (b * width), 2),
+                    "vs_batch_1": round(float(np.median(t)) / (b * width) / base, 3),
+                }
+                for b, t in timings.items()
+            }
+    return {"widths_frames": list(widths), "rounds": rounds, "stages": out}
+
+
+def batch_rows(batches: dict[str, Any]) -> list[str]:
+    """The batch measurement as its own markdown table."""
+    lines = [
+        "",
+        f"Cross-stream batches, stateful engines, {batches['rounds']} rounds (median):",
+        "",
+        "| stage | window frames | batch | call ms | µs per stream-frame | vs batch 1 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for stage, by_width in batches["stages"].items():
+        if "skipped" in by_width:
+            lines.append(f"| {stage} | — | — | — | — | {by_width['skipped']} |")
+            continue
+        for width, sizes in by_width.items():
+            for b, row in sizes.items():
+                per_frame, ratio = row["us_per_stream_frame"], row["vs_batch_1"]
+                lines.append(f"| {stage} | {width} | {b} | {row['call_ms']:.2f} | "
+                             f"{per_frame:.0f} | {ratio:.2f} |")  # fmt: skip
+    return lines
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -558,13 +640,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="another engines directory (e.g. --streaming context engines): "
                         "its streamed runs join the same rotation, against the same one-shot "
                         "runs of --engines-dir")  # fmt: skip
+    parser.add_argument("--batches", default="1,2,4,8",
+                        help="cross-stream batch sizes to time on the stateful flow and vocoder "
+                        "('' to skip)")  # fmt: skip
+    parser.add_argument("--batch-widths", default="32,128",
+                        help="frames per window in the batch measurement (comma-separated)")
+    parser.add_argument("--batch-rounds", type=int, default=20,
+                        help="rounds of the batch measurement")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write results")
     args = parser.parse_args(argv)
-    for name in ("threads", "n", "repeat", "loads"):
+    for name in ("threads", "n", "repeat", "loads", "batch_rounds"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
     if args.warmup < 0:
         parser.error("--warmup must be at least 0")
+    try:
+        args.batch_widths = [int(w) for w in args.batch_widths.split(",") if w.strip()]
+    except ValueError:
+        parser.error(f"--batch-widths: {args.batch_widths!r} is not a list of integers")
+    if not args.batch_widths or min(args.batch_widths) < 1:
+        parser.error("--batch-widths: at least one width, each at least 1 frame")
     return args
 
 
@@ -613,6 +708,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         synth_of=synth_of,
     )
     duration = time.perf_counter() - started
+    batches = None
+    if sizes := parse_batches(args.batches):
+        widths = args.batch_widths
+        log(f"batches {sizes}: {args.batch_rounds} rounds of {widths}-frame windows")
+        # the stateful set, whichever side of the comparison it is on
+        stateful = next((s for s in [synth, *synth_of.values()] if s.stateful), synth)
+        batches = bench_batches(stateful, sizes, widths, args.batch_rounds)
 
     summary = summarize(records, schedules, load)
     machine = machine_info({"onnxruntime": ort.__version__, "numpy": np.__version__})
@@ -640,6 +742,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "corpus": relative(args.corpus),
     }
     print(render(summary, machine, settings))
+    if batches is not None:
+        print("\n".join(batch_rows(batches)))
 
     document = {
         "date": utc_timestamp(),
@@ -654,6 +758,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "summary": summary,
         "checks": checks(summary),
         "load_raw_ms": load,
+        "batches": batches,
         "sentences": records,
     }
     write_json(args.json, document, clean_nan=False, ensure_ascii=False)

@@ -4,11 +4,14 @@ ONNX Runtime, and measure time to first audio and throughput at 1, 6 and 32 conc
     pip install -e '.[dev,trt]'        # TensorRT 10 + cuda-python (NVIDIA's index for TensorRT)
     python benchmarks/gpu_check.py     # writes benchmarks/results/gpu_check.json
 
-What it measures: one worker's compute loop in-process (``scheduler_for`` picks the batching
-scheduler for the plans), ``c`` streams arriving together, stepped to the end. TTFA is from a
-stream's arrival to its first chunk; throughput is seconds of audio per wall second (RTFx). No
-HTTP, no IPC: this is the engine side of the service. Riva publishes 21 ms TTFA and 366x real
-time at 6 streams (its FastPitch + HiFi-GAN on a datacenter GPU): the number to beat.
+What it measures: one worker's scheduler in-process (``DeadlineScheduler`` on one compute
+thread, measured with the canary and batching up to the plans' ``max_batch``, as a worker builds
+it), ``c`` streams arriving together, run to the end. TTFA is from a stream's arrival to its
+first chunk; throughput is seconds of audio per wall second (RTFx); "batch" is the mean number
+of streams one step served (a fresh stream's first step, its front end, acoustic run and first
+window, always runs alone). No HTTP, no IPC: this is the engine side of the service. Riva
+publishes 21 ms TTFA and 366x real time at 6 streams (its FastPitch + HiFi-GAN on a datacenter
+GPU): the number to beat.
 
 Exits 2 with the reason where there is no GPU, TensorRT or cuda-python; 1 when the plans fall
 below the SNR bar against the fp32 ONNX Runtime engines.
@@ -19,7 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +51,19 @@ from ttsvc.config import DEFAULT_VOICE
 from ttsvc.errors import TTSError
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
 from ttsvc.synthesis import SynthesisParams, Synthesizer
-from ttsvc.worker.batching import scheduler_for
+from ttsvc.worker.batching import batch_limit
+from ttsvc.worker.costs import measure
+from ttsvc.worker.deadline import DeadlineScheduler
+from ttsvc.worker.deadline_policy import Live
+from ttsvc.worker.streams import Send
 
 RIVA = {"streams": 6, "ttfa_ms": 21.0, "rtfx": 366.0}
 """NVIDIA Riva's published figures for 6 concurrent streams: what to beat."""
 MIN_SNR_DB = 40.0
 CONCURRENCY = (1, 6, 32)
 DET = SynthesisParams(noise_scale=0.0, noise_w=0.0)
+STREAM_TIMEOUT_S = 300.0
+"""How long a run waits for any one stream to end before it gives up."""
 
 
 def build(engines: Path, max_batch: int, seq_len: int, log: bool) -> tuple[Path, Path]:
@@ -82,35 +93,59 @@ def quality(cpu: Synthesizer, gpu: Synthesizer, prompts: list[str]) -> list[floa
     return scores
 
 
-def run_streams(synth: Synthesizer, prompts: list[str], streams: int) -> dict[str, Any]:
-    """``streams`` streams arriving together on one worker's scheduler, run to the end."""
-    scheduler = scheduler_for(synth, multiplex=True)
+def run_streams(
+    synth: Synthesizer, prompts: list[str], streams: int, costs: tuple[float, float, float]
+) -> dict[str, Any]:
+    """``streams`` streams arriving together on one worker's scheduler, run to the end.
+
+    ``costs``: the canary's figures (``worker.costs.measure``), which the scheduler's admission
+    and step bounds start from, as in a worker."""
+    rate, first_chunk_s, per_char = costs
+    scheduler = DeadlineScheduler(synth, threads=1, per_thread=rate, first_chunk_s=first_chunk_s,
+                                  audio_per_char=per_char,
+                                  max_batch=batch_limit(synth.engines))  # fmt: skip
+    sizes: list[int] = []
+    step = scheduler.step
+
+    def counted_step(stream: Live, send: Send, riders: Sequence[Live] = ()) -> None:
+        sizes.append(1 + len(riders))  # one compute thread: no other step appends meanwhile
+        step(stream, send, riders)
+
+    scheduler.step = counted_step  # type: ignore[method-assign]  # its thread calls self.step
     arrived: dict[str, float] = {}
     first: dict[str, float] = {}
     samples = 0
     failed = 0
+    ended = threading.Semaphore(0)
 
     def send(msg: FromWorker) -> None:
         nonlocal samples, failed
         if isinstance(msg, AudioChunkMsg):
             first.setdefault(msg.uid, time.perf_counter())
             samples += len(msg.pcm) // 2
-        elif isinstance(msg, StreamError):
+            return
+        if isinstance(msg, StreamError):
             failed += 1
         elif not isinstance(msg, StreamDone):
             raise AssertionError(f"unexpected message {msg!r}")
+        ended.release()
 
-    started = time.perf_counter()
-    for i in range(streams):
-        uid = f"s{i}"
-        arrived[uid] = time.perf_counter()
-        scheduler.add(SynthesisJob(uid, prompts[i % len(prompts)], 1.0, 0.667, 0.8, 0.2))
-    while scheduler.streams:
-        scheduler.step(send)
-    wall = time.perf_counter() - started
+    scheduler.start(send)
+    try:
+        started = time.perf_counter()
+        with scheduler.lock:  # all arrive before the compute thread picks any
+            for i in range(streams):
+                uid = f"s{i}"
+                arrived[uid] = time.perf_counter()
+                scheduler.add(SynthesisJob(uid, prompts[i % len(prompts)], 1.0, 0.667, 0.8, 0.2))
+        for _ in range(streams):
+            if not ended.acquire(timeout=STREAM_TIMEOUT_S):
+                raise RuntimeError(f"a stream did not end within {STREAM_TIMEOUT_S:g} s")
+        wall = time.perf_counter() - started
+    finally:
+        scheduler.close()
     ttfa = [1000 * (first[uid] - arrived[uid]) for uid in first]
     audio_s = samples / synth.sample_rate
-    sizes = getattr(scheduler, "batch_sizes", [1])
     return {
         "streams": streams,
         "ttfa_ms_p50": pct(ttfa, 50),
@@ -153,10 +188,11 @@ def main() -> int:
     print(f"SNR plans vs ONNX Runtime over {len(scores)} prompts: min {min(scores):.1f} dB, "
           f"median {float(np.median(scores)):.1f} dB (bar: {MIN_SNR_DB} dB)")  # fmt: skip
     gpu.calibrate()  # as a worker does: window growth follows this GPU's speed
-    run_streams(gpu, prompts, 2)  # warm-up: first calls allocate buffers and contexts
+    costs = measure(gpu)  # and its scheduler starts from the canary's figures
+    run_streams(gpu, prompts, 2, costs)  # warm-up: first calls allocate buffers and contexts
     rows = []
     for streams in CONCURRENCY:
-        runs = [run_streams(gpu, prompts, streams) for _ in range(args.rounds)]
+        runs = [run_streams(gpu, prompts, streams, costs) for _ in range(args.rounds)]
         rows.append(min(runs, key=lambda r: r["ttfa_ms_p50"] or float("inf")))
     print(f"\n{'streams':>7} {'TTFA p50':>9} {'p95':>7} {'max':>7} {'RTFx':>7} {'batch':>6}")
     for row in rows:

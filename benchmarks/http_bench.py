@@ -2,17 +2,17 @@
 
 Why this exists: the engine benchmark (``engine_bench.py``) shows what one synthesizer can do,
 but a caller sees the whole path: HTTP parsing, admission, the balancer, the pipe to a worker
-process, the worker's scheduling of concurrent streams (window-by-window multiplexing, or one
-request at a time), and the response stream back. The service's latency promises ("time to
-first audio p50/p99 at concurrency 1, 4 and 16, with multiplexing on and off") are about that
-path, so this benchmark starts the real server as a subprocess on loopback and drives it with a
-closed loop of concurrent clients, exactly as a voice bot would call it.
+process, the worker's scheduling of concurrent streams (its deadline scheduler), and the
+response stream back. The service's latency promises ("time to first audio p50/p99 at
+concurrency 1, 4 and 16") are about that path, so this benchmark starts the real server as a
+subprocess on loopback and drives it with a closed loop of concurrent clients, exactly as a
+voice bot would call it.
 
-For each mode (multiplex on, then off) one server is started, warmed up, and measured at each
-concurrency level. Each level is a closed loop: ``c`` clients each send a request, read the
-streamed WAV to the end, and send the next, until the level's request count is done or its time
-budget is spent. Every level of both modes sends the same texts in the same order (drawn with a
-fixed seed from ``corpus.txt``), so the modes differ only in how the server schedules them.
+One server is started, warmed up, and measured at each concurrency level. Each level is a
+closed loop: ``c`` clients each send a request, read the streamed WAV to the end, and send the
+next, until the level's request count is done or its time budget is spent. The texts are drawn
+with a fixed seed from ``corpus.txt``, per level, so two runs (two commits, two machines) send
+the same texts in the same order.
 
 This is a benchmark, not a test: it prints markdown tables, marks the issue's targets as
 pass/miss, and writes every per-request record to JSON; it never fails on a missed target.
@@ -50,7 +50,6 @@ from bench_common import (
     machine_info,
     markdown_table,
     one_request,
-    ratio,
     relative,
     utc_timestamp,
     write_json,
@@ -68,15 +67,15 @@ HEALTH_POLL_TIMEOUT_S = 1.0
 MAX_REQUESTS_PER_LEVEL = 100_000
 """Upper bound on ``--requests``: every loop here is bounded."""
 
-MODES = {"on": True, "off": False}
-"""Multiplexing modes, in the order they run: label -> ``multiplex`` setting."""
+SYSTEM = "ttsvc"
+"""The label of every measured record (``Record.system``); warm-up records are ``"warmup"``."""
 
 TARGETS: list[tuple[str, int, str, float]] = [
     ("c=1 TTFA p50", 1, "ttfa_p50_ms", 30.0),
     ("c=1 TTFA p99", 1, "ttfa_p99_ms", 55.0),
     ("c=16 TTFA p99", 16, "ttfa_p99_ms", 150.0),
 ]
-"""The issue's targets (multiplex on, 2-core machine): label, concurrency, summary key, max ms."""
+"""The issue's targets (2-core machine): label, concurrency, summary key, max ms."""
 
 
 # --------------------------------------------------------------------------- inputs
@@ -114,8 +113,8 @@ def requests_for(level: int, override: int | None) -> int:
 def level_texts(corpus: Sequence[str], count: int, seed: int, level: int) -> list[int]:
     """Corpus indices for one level, uniform with a fixed seed.
 
-    Seeded by (seed, level) and not by mode, so multiplex on and off see the same texts in the
-    same order at each level: the comparison between modes is like for like.
+    Seeded by (seed, level), so every run with the same seed sends the same texts in the same
+    order at each level: runs of two commits or machines compare like for like.
     """
     rng = random.Random(seed * 1009 + level)
     return [rng.randrange(len(corpus)) for _ in range(count)]
@@ -124,16 +123,12 @@ def level_texts(corpus: Sequence[str], count: int, seed: int, level: int) -> lis
 # --------------------------------------------------------------------------- server process
 
 
-def start_server(
-    engines_dir: Path, workers: int, multiplex: bool, port: int, max_streams: int | None
-) -> Server:
+def start_server(engines_dir: Path, workers: int, port: int, max_streams: int | None) -> Server:
     """Spawn the service exactly as an operator would run it (CLI, gateway + worker processes)."""
     extra: list[str] = []
-    if not multiplex:
-        extra.append("--no-multiplex")
     if max_streams is not None:
         extra += ["--max-streams-per-worker", str(max_streams)]
-    log_path = SERVER_LOG_DIR / f"http_bench_server_{'on' if multiplex else 'off'}.log"
+    log_path = SERVER_LOG_DIR / "http_bench_server.log"
     return Server(engines_dir, workers, log_path, port=port, extra_args=extra)
 
 
@@ -158,9 +153,8 @@ def wait_ready(server: Server) -> float:
 
 @dataclass
 class LevelResult:
-    """All records of one (mode, concurrency) level and its wall time."""
+    """All records of one concurrency level and its wall time."""
 
-    mode: str
     concurrency: int
     planned: int
     wall_s: float
@@ -169,31 +163,30 @@ class LevelResult:
 
 
 def payload(text: str) -> dict[str, Any]:
-    """Deterministic synthesis: the same text gives the same work in every mode."""
+    """Deterministic synthesis: the same text gives the same work in every run."""
     return {"text": text, "noise_scale": 0, "noise_w": 0}
 
 
 async def run_level(
     client: httpx.AsyncClient,
     url: str,
-    mode: str,
     level: int,
     corpus: Sequence[str],
     text_ids: Sequence[int],
     max_seconds: float,
 ) -> LevelResult:
-    """Closed loop (``bench_common.load.closed_loop``): request ``i`` sends text ``text_ids[i]``
-    in both modes; the level's wall time runs from the start to the last response."""
+    """Closed loop (``bench_common.load.closed_loop``): request ``i`` sends text
+    ``text_ids[i]``; the level's wall time runs from the start to the last response."""
 
     def make(index: int) -> Record:
         tid = text_ids[index]
-        return Record(mode, level, index, tid, len(corpus[tid]))
+        return Record(SYSTEM, level, index, tid, len(corpus[tid]))
 
     async def send(index: int, rec: Record) -> None:
         await one_request(client, url, payload(corpus[rec.text_index]), rec)
 
     records, wall, hit = await closed_loop(send, make, level, len(text_ids), max_seconds)
-    return LevelResult(mode, level, len(text_ids), wall, hit, records)
+    return LevelResult(level, len(text_ids), wall, hit, records)
 
 
 async def warm_up(
@@ -222,11 +215,8 @@ async def warm_up(
 
 
 def summarize(level: LevelResult) -> dict[str, Any]:
-    """The per-level figures of the table (``bench_common.load.summarize_records``), and the
-    mode."""
+    """The per-level figures of the table (``bench_common.load.summarize_records``)."""
     out: dict[str, Any] = {
-        "mode": level.mode,
-        "multiplex": MODES[level.mode],
         "concurrency": level.concurrency,
         "planned": level.planned,
         "stopped_by_deadline": level.stopped_by_deadline,
@@ -236,64 +226,31 @@ def summarize(level: LevelResult) -> dict[str, Any]:
 
 
 def results_table(summaries: Sequence[dict[str, Any]]) -> str:
-    """The main markdown table, one row per (mode, concurrency)."""
+    """The markdown table, one row per concurrency level."""
     rows = []
     for s in summaries:
         errors = ", ".join(f"{k}×{v}" for k, v in sorted(s["errors_by_kind"].items())) or "0"
         n = f"{s['ok']}/{s['sent']}" + (" (time limit)" if s["stopped_by_deadline"] else "")
         share = s["underrun_share"]
         rows.append([
-            s["mode"], str(s["concurrency"]), n, fmt(s["qps"], 2),
+            str(s["concurrency"]), n, fmt(s["qps"], 2),
             fmt(s["ttfa_p50_ms"]), fmt(s["ttfa_p95_ms"]), fmt(s["ttfa_p99_ms"]),
             fmt(s["latency_p50_ms"]), fmt(s["latency_p99_ms"]),
             fmt(s["audio_s_per_s"], 2), fmt(None if share is None else 100 * share), errors,
         ])  # fmt: skip
     return markdown_table(
-        ["multiplex", "c", "n ok", "QPS", "TTFA p50 ms", "TTFA p95 ms", "TTFA p99 ms",
+        ["c", "n ok", "QPS", "TTFA p50 ms", "TTFA p95 ms", "TTFA p99 ms",
          "latency p50 ms", "latency p99 ms", "audio s/s", "underruns %", "errors"],
-        "lrrrrrrrrrrl", rows,
-    )  # fmt: skip
-
-
-def compare_modes(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Multiplex on vs off at each concurrency both modes ran, as on/off ratios of TTFA."""
-    by = {(s["mode"], s["concurrency"]): s for s in summaries}
-    levels = sorted({c for (m, c) in by if m == "on"} & {c for (m, c) in by if m == "off"})
-    rows = []
-    for c in levels:
-        on, off = by[("on", c)], by[("off", c)]
-        rows.append({
-            "concurrency": c,
-            "on_ttfa_p50_ms": on["ttfa_p50_ms"], "off_ttfa_p50_ms": off["ttfa_p50_ms"],
-            "p50_ratio_on_off": ratio(on["ttfa_p50_ms"], off["ttfa_p50_ms"]),
-            "on_ttfa_p99_ms": on["ttfa_p99_ms"], "off_ttfa_p99_ms": off["ttfa_p99_ms"],
-            "p99_ratio_on_off": ratio(on["ttfa_p99_ms"], off["ttfa_p99_ms"]),
-        })  # fmt: skip
-    return rows
-
-
-def comparison_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The second markdown table: TTFA with multiplexing on relative to off (< 1: on is faster)."""
-    return markdown_table(
-        ["c", "TTFA p50 on / off ms", "p50 ratio on/off", "TTFA p99 on / off ms",
-         "p99 ratio on/off"],
-        "rrrrr",
-        (
-            [str(r["concurrency"]), f"{fmt(r['on_ttfa_p50_ms'])} / {fmt(r['off_ttfa_p50_ms'])}",
-             fmt(r["p50_ratio_on_off"], 2),
-             f"{fmt(r['on_ttfa_p99_ms'])} / {fmt(r['off_ttfa_p99_ms'])}",
-             fmt(r["p99_ratio_on_off"], 2)]
-            for r in rows
-        ),
+        "rrrrrrrrrrl", rows,
     )  # fmt: skip
 
 
 def check_targets(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's targets against multiplex-on figures: pass, miss, or not run."""
-    by = {(s["mode"], s["concurrency"]): s for s in summaries}
+    """The issue's targets against the measured figures: pass, miss, or not run."""
+    by = {s["concurrency"]: s for s in summaries}
     out = []
     for label, level, key, limit in TARGETS:
-        s = by.get(("on", level))
+        s = by.get(level)
         value = s[key] if s else None
         verdict = "not run" if value is None else ("pass" if value <= limit else "miss")
         out.append({"target": label, "limit_ms": limit, "value_ms": value, "verdict": verdict})
@@ -303,9 +260,8 @@ def check_targets(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- driver
 
 
-async def run_mode(
+async def run_levels(
     server: Server,
-    mode: str,
     args: argparse.Namespace,
     corpus: Sequence[str],
     levels: Sequence[int],
@@ -327,7 +283,7 @@ async def run_mode(
         for level in levels:
             count = requests_for(level, args.requests)
             ids = level_texts(corpus, count, args.seed, level)
-            result = await run_level(client, url, mode, level, corpus, ids, args.max_seconds)
+            result = await run_level(client, url, level, corpus, ids, args.max_seconds)
             s = summarize(result)
             print(
                 f"  c={level}: {s['ok']}/{s['sent']} ok in {result.wall_s:.1f} s, "
@@ -348,9 +304,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
         help="engine repository; the default voice is compiled here if missing",
     )
     p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
-    p.add_argument("--workers", type=int, default=2, help="worker processes per server")
+    p.add_argument("--workers", type=int, default=2, help="worker processes of the server")
     p.add_argument("--levels", default="1,4,16", help="concurrency levels, comma-separated")
-    p.add_argument("--modes", default="on,off", help="multiplex modes to run: on, off or both")
     p.add_argument(
         "--requests",
         type=int,
@@ -359,7 +314,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-seconds", type=float, default=60.0,
                    help="time budget per level: no new requests after it")  # fmt: skip
-    p.add_argument("--warmup", type=int, default=6, help="unmeasured requests per server")
+    p.add_argument("--warmup", type=int, default=6, help="unmeasured requests before the levels")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--timeout", type=float, default=30.0, help="per-request timeout, seconds")
     p.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
@@ -370,12 +325,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run every mode and level, print the tables, write the JSON."""
+    """Run every level, print the table, write the JSON."""
     args = build_arg_parser().parse_args(argv)
     levels = parse_levels(args.levels)
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not modes or any(m not in MODES for m in modes):
-        raise SystemExit("--modes: use on, off or on,off")
     if args.workers < 1 or args.max_seconds <= 0 or args.timeout <= 0 or args.warmup < 0:
         raise SystemExit("--workers, --max-seconds and --timeout must be positive")
     corpus = load_corpus(args.corpus)
@@ -388,35 +340,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     version = ensure_default_voice(Path(args.engines_dir), lambda m: print(m, file=sys.stderr))
     engines_dir = Path(args.engines_dir).resolve()
 
-    all_warm: list[Record] = []
-    all_levels: list[LevelResult] = []
-    servers: list[dict[str, Any]] = []
-    for mode in modes:
-        print(f"multiplex {mode}: starting server ({args.workers} workers)", file=sys.stderr)
-        server = start_server(
-            engines_dir, args.workers, MODES[mode], args.port, args.max_streams_per_worker
-        )
-        exit_code: int | None = None
-        try:
-            ready_s = wait_ready(server)
-            print(f"  ready in {ready_s:.1f} s on port {server.port}", file=sys.stderr)
-            warm, results = asyncio.run(run_mode(server, mode, args, corpus, levels))
-            all_warm.extend(warm)
-            all_levels.extend(results)
-        finally:
-            exit_code = server.stop()
-            print(f"  server stopped (exit {exit_code})", file=sys.stderr)
-        servers.append({
-            "mode": mode,
-            "argv": ["python", *[relative(Path(a)) if a == str(engines_dir) else a
-                                 for a in server.argv[1:]]],
-            "ready_s": ready_s,
-            "exit_code": exit_code,
-            "log": relative(server.log_path),
-        })  # fmt: skip
+    print(f"starting server ({args.workers} workers)", file=sys.stderr)
+    server = start_server(engines_dir, args.workers, args.port, args.max_streams_per_worker)
+    exit_code: int | None = None
+    try:
+        ready_s = wait_ready(server)
+        print(f"  ready in {ready_s:.1f} s on port {server.port}", file=sys.stderr)
+        warm, results = asyncio.run(run_levels(server, args, corpus, levels))
+    finally:
+        exit_code = server.stop()
+        print(f"  server stopped (exit {exit_code})", file=sys.stderr)
+    server_info = {
+        "argv": ["python", *[relative(Path(a)) if a == str(engines_dir) else a
+                             for a in server.argv[1:]]],
+        "ready_s": ready_s,
+        "exit_code": exit_code,
+        "log": relative(server.log_path),
+    }  # fmt: skip
 
-    summaries = [summarize(level) for level in all_levels]
-    comparison = compare_modes(summaries)
+    summaries = [summarize(level) for level in results]
     targets = check_targets(summaries)
 
     processor = info["processor"] or info["cpu_model"] or info["machine"]
@@ -427,20 +369,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print()
     print(results_table(summaries))
-    if comparison:
-        print()
-        print("Multiplex on vs off (time to first audio; ratio < 1: multiplexing is faster)")
-        print()
-        print(comparison_table(comparison))
     print()
-    print("Targets (multiplex on, 20–60-character texts, end to end over HTTP):")
+    print("Targets (20–60-character texts, end to end over HTTP):")
     for t in targets:
         print(f"- {t['target']} ≤ {t['limit_ms']:.0f} ms: {fmt(t['value_ms'])} ms — {t['verdict']}")
 
     out = Path(args.json)
     raw = write_raw(out, {
-        "warmup_records": [asdict(r) for r in all_warm],
-        "records": [asdict(r) for level in all_levels for r in level.records],
+        "warmup_records": [asdict(r) for r in warm],
+        "records": [asdict(r) for level in results for r in level.records],
     })  # fmt: skip
     payload = {
         "benchmark": "http_bench",
@@ -450,7 +387,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "settings": {
             "workers": args.workers,
             "levels": levels,
-            "modes": modes,
             "requests": {str(c): requests_for(c, args.requests) for c in levels},
             "max_seconds": args.max_seconds,
             "warmup": args.warmup,
@@ -462,9 +398,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "host": HOST,
             "request_body": {"noise_scale": 0, "noise_w": 0},
         },
-        "servers": servers,
+        "server": server_info,
         "summary": summaries,
-        "comparison": comparison,
         "targets": targets,
         "raw_records": relative(raw),
     }

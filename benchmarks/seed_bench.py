@@ -14,10 +14,8 @@ Systems (each skipped with a note where it cannot start):
 
 * ``ttsvc``: ``ttsvc serve`` as an operator runs it (gateway + worker processes), with the
   service's own defaults for processes x compute threads (``--workers`` only if given here).
-* ``ttsvc-legacy``: the old one-thread-per-process scheduler, kept runnable for comparison
-  (``--scheduler legacy --workers 2``).
-* ``ttsvc-2x1``: the deadline scheduler split as two processes of one compute thread each
-  (``--scheduler deadline --workers 2 --compute-threads 1``), against the default split.
+* ``ttsvc-2x1``: the same service split as two processes of one compute thread each
+  (``--workers 2 --compute-threads 1``), against the default split.
 * ``ttsvc:NAME``: any other ``ttsvc serve`` flags, given as ``--variant NAME=FLAGS``.
 * ``piper``: ``python -m piper.http_server`` (the ``piper-tts`` package, Flask) with the same
   voice file; it answers a whole WAV.
@@ -31,7 +29,7 @@ the level's increase is recorded, or nothing where the service does not export t
 
 A focused run (about 12-15 minutes on a 2-core machine)::
 
-    python benchmarks/seed_bench.py --systems ttsvc,ttsvc-legacy,piper \
+    python benchmarks/seed_bench.py --systems ttsvc,ttsvc-2x1,piper \
         --closed-levels 1,4,16,32 --realtime-levels 8,16,24 --rounds 1
 
 ``--dry-run`` prints each system's command line and exits without starting anything.
@@ -132,8 +130,7 @@ REALTIME_TTFA_P99_MS = 150.0
 """...and its TTFA p99 is within this."""
 
 VARIANTS = {
-    "ttsvc-legacy": "--scheduler legacy --workers 2",
-    "ttsvc-2x1": "--scheduler deadline --workers 2 --compute-threads 1",
+    "ttsvc-2x1": "--workers 2 --compute-threads 1",
 }
 """Built-in ttsvc variants: ``ttsvc serve`` flags added to ``--ttsvc-args``."""
 
@@ -589,8 +586,8 @@ def level_table(rows: Sequence[dict[str, Any]], kind: str) -> str:
 
 def headline_table(heads: Sequence[dict[str, Any]]) -> str:
     """The issue's table: each system's figure per target, ttsvc's verdict, and ttsvc's figure
-    as a ratio of every other system's (the legacy scheduler's and Piper's above all), all from
-    the same run."""
+    as a ratio of every other system's (the other split's and Piper's above all), all from the
+    same run."""
     names = [h["system"] for h in heads]
     ours = next((h for h in heads if h["system"] == "ttsvc"), None)
     cols = " | ".join(names)
@@ -625,7 +622,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> bool:
         return False
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.8))
     colors: dict[str, str | None] = {"ttsvc": "tab:blue", "piper": "tab:orange",
-                                     "traditional": "tab:gray", "ttsvc-legacy": "tab:purple",
+                                     "traditional": "tab:gray",
                                      "ttsvc-2x1": "tab:green"}  # fmt: skip
     spare = iter(["tab:red", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "black"])
     for system in sorted({r["system"] for r in rows} - colors.keys()):
@@ -717,7 +714,7 @@ def systems_record(systems: Sequence[System], engines_dir: Path) -> list[dict[st
 def build_arg_parser() -> argparse.ArgumentParser:
     """Flags; the defaults finish in about 10 minutes on a 2-core machine."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--systems", default="ttsvc,ttsvc-legacy,ttsvc-2x1,piper,traditional",
+    p.add_argument("--systems", default="ttsvc,ttsvc-2x1,piper,traditional",
                    help="comma-separated: ttsvc, " + ", ".join(VARIANTS)
                    + ", ttsvc:NAME (see --variant), piper, traditional (default: %(default)s)")
     p.add_argument("--no-traditional", action="store_true",
@@ -795,8 +792,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                  if others else "")  # fmt: skip
 
     text = [
-        "# Seed benchmark: ttsvc (deadline scheduler, and the legacy one side by side) vs Piper's "
-        "HTTP server vs a load-per-request server",
+        "# Seed benchmark: ttsvc (its default split, and two processes of one thread side by "
+        "side) vs Piper's HTTP server vs a load-per-request server",
         "",
         f"Machine: {cpu}, {info['cpu_count']} CPUs, {info['platform']}. Python {info['python']}; "
         f"{vers}. Date {date}. Run time {elapsed / 60:.1f} min. {busy_note}",

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import os
 import pickle
 import sys
@@ -53,8 +52,11 @@ from bench_common import (
 from ttsvc.backends.loader import load_engine_set
 from ttsvc.compile.build import ensure_default_voice
 from ttsvc.observability.logs import configure_logging
-from ttsvc.protocol import AudioChunkMsg, SynthesisJob
+from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
 from ttsvc.synthesis import SynthesisParams, Synthesizer, to_pcm16
+from ttsvc.worker.deadline import DeadlineScheduler
+from ttsvc.worker.deadline_policy import Live
+from ttsvc.worker.streams import Send
 
 DEFAULT_JSON = RESULTS / "step_bench.json"
 DEFAULT_IDS = "10,25,50,100,150,200,300,400"
@@ -243,33 +245,55 @@ def bench_pickle(synth: Synthesizer, chunk_frames: list[int], reps: int) -> list
     return rows
 
 
+ENGINE_ENTRIES = {
+    "acoustic": ("latents", "run"),
+    "flow": ("frames", "step", "frames_batch"),
+    "vocoder": ("waveform", "step", "waveform_batch"),
+}
+"""Every way into an engine a step may take (``Synthesizer.run_call``: ``run`` for a sentence,
+``step`` on stateful engines, ``frames``/``waveform`` otherwise; the batch forms on GPU plans)."""
+
+
 class EngineTimer:
     """Wraps one engine set's run methods (on the instances, nothing in ``src`` changes) to sum
     the seconds spent inside engine runs and the front end, so a scheduler step's remainder is
-    the Python around them."""
+    the Python around them. Only the outermost call counts, so an entry that calls another
+    (``latents`` through ``run``, say) is not counted twice. One thread at a time."""
 
     def __init__(self, synth: Synthesizer) -> None:
         self.inside = 0.0
+        self.calls = 0
+        """Outermost calls timed: every scheduler step makes at least one."""
+        self._depth = 0
         engines = synth.engines
         targets: list[tuple[object, str]] = [
-            (engines.acoustic, "latents"),
-            (engines.vocoder, "waveform"),
             (synth.frontend, "sentences"),
+            (synth.frontend, "run_sentences"),
         ]
-        if engines.flow is not None:
-            targets.append((engines.flow, "frames"))
+        for role, names in ENGINE_ENTRIES.items():
+            engine = getattr(engines, role)
+            targets += [(engine, name) for name in names if engine is not None]
         for obj, name in targets:
-            setattr(obj, name, self._wrap(getattr(obj, name)))
+            if callable(getattr(obj, name, None)):
+                setattr(obj, name, self._wrap(getattr(obj, name)))
 
     def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def run(*args: Any, **kwargs: Any) -> Any:
+            self._depth += 1
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.inside += time.perf_counter() - start
+                self._depth -= 1
+                if self._depth == 0:
+                    self.inside += time.perf_counter() - start
+                    self.calls += 1
 
         return run
+
+
+STEP_TIMEOUT_S = 120.0
+"""How long the scheduler run waits for any one stream to end before it gives up."""
 
 
 def bench_scheduler(
@@ -277,45 +301,81 @@ def bench_scheduler(
 ) -> dict[str, Any]:
     """Python seconds per scheduler step outside engine runs and the front end.
 
-    Drives the worker's ``StreamScheduler`` (the one-thread scheduler; under the deadline
-    scheduler it is the ``legacy`` variant) with ``streams`` streams at once, ``rounds`` times,
-    each step timed whole and minus the time inside the wrapped engines. Sending is a list
-    append here: pickling and the pipe are measured on their own above.
+    Drives the worker's ``DeadlineScheduler`` on one compute thread (so the engine timer's sum
+    is that one step's) with ``streams`` streams arriving together, ``rounds`` times. Each step
+    is timed whole (``pick`` plus ``step``: the policy's choice, the engine call, the budget
+    the window is sized by, the chunk messages) and minus the time inside the wrapped engines.
+    Sending is a list append here: pickling and the pipe are measured on their own above.
     """
-    # looked up at run time: the scheduler is being rewritten, and the other figures stand alone
-    compute = importlib.import_module("ttsvc.worker.compute")
-    scheduler_class = getattr(compute, "StreamScheduler", None)
-    if scheduler_class is None:
-        return {"skipped": "ttsvc.worker.compute has no StreamScheduler to drive"}
     synth = Synthesizer(load_engine_set(engines_path, 1))
     synth.calibrate()
     timer = EngineTimer(synth)
-    try:
-        scheduler = scheduler_class(synth)
-    except TypeError as exc:
-        return {"skipped": f"StreamScheduler's signature changed: {exc}"}
+    # per_thread as the worker tests give it: a capacity that admits every stream of a round
+    scheduler = DeadlineScheduler(synth, threads=1, per_thread=10.0)
+    measuring = False
+    picked = 0.0
     overheads: list[float] = []
     steps: list[float] = []
-    sent: list[object] = []
-    for round_ in range(rounds + 1):  # round 0 warms up; not measured
-        for index in range(streams):
-            text = texts[(round_ * streams + index) % len(texts)]
-            scheduler.add(SynthesisJob(f"s{round_}-{index}", text, 1.0, 0.0, 0.0, 0.2))
-        gc.collect()
-        gc.disable()
+    # the methods are wrapped on the instance: its compute thread calls them through ``self``
+    pick, step = scheduler.pick, scheduler.step
+
+    def timed_pick() -> Live | None:
+        nonlocal picked
+        start = time.perf_counter()
+        chosen = pick()
+        if chosen is not None:  # a pick that finds nothing is idle time, not a step's
+            picked = time.perf_counter() - start
+        return chosen
+
+    def timed_step(stream: Live, send: Send, riders: Sequence[Live] = ()) -> None:
+        timer.inside = 0.0
+        start = time.perf_counter()
         try:
-            while scheduler.streams:
-                timer.inside = 0.0
-                start = time.perf_counter()
-                scheduler.step(sent.append)
-                whole = time.perf_counter() - start
-                if round_ > 0:
-                    steps.append(whole)
-                    overheads.append(whole - timer.inside)
+            step(stream, send, riders)
         finally:
-            gc.enable()
-        sent.clear()
+            whole = time.perf_counter() - start + picked
+            if measuring:
+                steps.append(whole)
+                overheads.append(whole - timer.inside)
+
+    scheduler.pick = timed_pick  # type: ignore[method-assign]
+    scheduler.step = timed_step  # type: ignore[method-assign]
+    sent: list[FromWorker] = []
+    ended = threading.Semaphore(0)
+    failed: list[str] = []
+
+    def send(msg: FromWorker) -> None:
+        sent.append(msg)
+        if isinstance(msg, StreamDone | StreamError):
+            if isinstance(msg, StreamError):
+                failed.append(f"{msg.uid}: {msg.type}: {msg.message}")
+            ended.release()
+
+    scheduler.start(send)
+    try:
+        for round_ in range(rounds + 1):  # round 0 warms up; not measured
+            measuring = round_ > 0
+            gc.collect()
+            gc.disable()
+            try:
+                with scheduler.lock:  # the round's streams arrive together, as before a step
+                    for index in range(streams):
+                        text = texts[(round_ * streams + index) % len(texts)]
+                        scheduler.add(SynthesisJob(f"s{round_}-{index}", text, 1.0, 0.0, 0.0,
+                                                   0.2))  # fmt: skip
+                for _ in range(streams):
+                    if not ended.acquire(timeout=STEP_TIMEOUT_S):
+                        raise RuntimeError(f"a stream did not end within {STEP_TIMEOUT_S:g} s")
+            finally:
+                gc.enable()
+            sent.clear()
+    finally:
+        scheduler.close()
+    if failed:
+        raise RuntimeError(f"streams failed in the scheduler run: {failed[:3]}")
     return {
+        "scheduler": "DeadlineScheduler",
+        "threads": 1,
         "streams": streams,
         "rounds": rounds,
         "steps": len(steps),
@@ -323,6 +383,7 @@ def bench_scheduler(
         "median_overhead_us": round(1e6 * median(overheads), 1),
         "p90_overhead_us": round(1e6 * pct(overheads, 90), 1),
         "overhead_share_pct": round(100.0 * sum(overheads) / sum(steps), 2),
+        "engine_calls": timer.calls,
     }
 
 
@@ -461,15 +522,13 @@ def render(doc: dict[str, Any]) -> str:
                    f"{r['pcm_tobytes_us']:.1f} | {r['pipe_send_recv_us']:.1f} |")  # fmt: skip
     sched = doc["scheduler"]
     out += ["", "## Scheduler Python per step (outside engine runs and the front end)", ""]
-    if "skipped" in sched:
-        out.append(f"skipped: {sched['skipped']}")
-    else:
-        out.append(
-            f"{sched['streams']} streams x {sched['rounds']} rounds, {sched['steps']} steps: "
-            f"median step {sched['median_step_ms']:.1f} ms, overhead median "
-            f"{sched['median_overhead_us']:.0f} µs (p90 {sched['p90_overhead_us']:.0f} µs), "
-            f"{sched['overhead_share_pct']:.1f} % of step time"
-        )
+    out.append(
+        f"{sched['scheduler']}, {sched['threads']} compute thread: {sched['streams']} streams x "
+        f"{sched['rounds']} rounds, {sched['steps']} steps: median step "
+        f"{sched['median_step_ms']:.1f} ms, overhead median {sched['median_overhead_us']:.0f} "
+        f"µs (p90 {sched['p90_overhead_us']:.0f} µs), {sched['overhead_share_pct']:.1f} % of "
+        "step time"
+    )
     out += [
         "",
         "## Two compute threads, one process, one shared session per engine",

@@ -191,16 +191,14 @@ def test_default_split_follows_the_cpus_this_process_may_use(no_ttsvc_env: objec
     settings = Settings()
     budget = cpu_budget()  # this machine's real cgroup files and affinity mask
     assert settings.cpu_budget() == budget
-    assert (settings.workers, settings.compute_threads) == default_split(budget.cpus, "deadline")
-    assert (settings.scheduler, settings.realtime_load) == ("deadline", 0.75)
+    assert (settings.workers, settings.compute_threads) == default_split(budget.cpus)
+    assert settings.realtime_load == 0.75
     assert settings.step_floor_ms == 50.0
 
 
 def test_split_flags_reach_the_settings(no_ttsvc_env: object) -> None:
     assert split("--cpus", "8") == (2, 4)
-    legacy = split_settings("--cpus", "8", "--scheduler", "legacy", "--realtime-load", "0.5")
-    assert (legacy.workers, legacy.compute_threads, legacy.scheduler) == (8, 1, "legacy")
-    assert legacy.realtime_load == 0.5
+    assert split_settings("--cpus", "8", "--realtime-load", "0.5").realtime_load == 0.5
     assert split_settings("--step-floor-ms", "40").step_floor_ms == 40.0
     assert split_settings("--window-growth", "3").schedule().growth == 3.0
     assert split("--cpus", "8", "--compute-threads", "2") == (4, 2)
@@ -215,10 +213,10 @@ def test_explicit_split_wins_flags_over_environment(no_ttsvc_env: pytest.MonkeyP
     assert split("--workers", "1") == (1, 8)
     no_ttsvc_env.setenv("TTSVC_COMPUTE_THREADS", "2")
     assert split() == (3, 2)
-    no_ttsvc_env.setenv("TTSVC_SCHEDULER", "legacy")
     no_ttsvc_env.delenv("TTSVC_WORKERS")
+    assert split() == (4, 2)
     no_ttsvc_env.delenv("TTSVC_COMPUTE_THREADS")
-    assert split() == (8, 1)
+    assert split() == (2, 4)
 
 
 @pytest.mark.parametrize(
@@ -488,4 +486,4 @@ def test_top_level_help_speaks_to_users_and_defaults_show_once() -> None:
     serve = " ".join(_ttsvc("serve", "--help", cwd=Path.cwd()).stdout.split())
     cors = serve[serve.index("--cors-origin CORS_ORIGINS allow"):]
     assert cors[: cors.index("; env")].count("default") == 1
-    assert "--window-budget-share WINDOW_BUDGET_SHARE legacy scheduler only" in serve
+    assert "--scheduler" not in serve and "--no-multiplex" not in serve  # one scheduler

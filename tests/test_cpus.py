@@ -121,22 +121,19 @@ def test_quota_equal_to_the_affinity_mask_is_named_as_the_source(
      (16, (4, 4)), (64, (16, 4))],
 )  # fmt: skip
 def test_default_split(cpus: int, deadline: tuple[int, int]) -> None:
-    assert default_split(cpus, "deadline") == deadline
-    assert default_split(cpus, "legacy") == (cpus, 1)
+    assert default_split(cpus) == deadline
     processes, threads = deadline
     # every CPU has a thread, and no process is left without a share
     assert processes * threads >= cpus > (processes - 1) * threads
 
 
 def test_split_stays_within_the_settings_bounds() -> None:
-    assert default_split(4096, "legacy") == (256, 1)
-    assert default_split(4096, "deadline") == (256, 16)
+    assert default_split(4096) == (256, 16)
 
 
 def test_given_values_are_kept_and_the_rest_fills_the_cpus() -> None:
-    assert complete_split(8, "deadline", 4, None) == (4, 2)
-    assert complete_split(8, "deadline", None, 3) == (3, 3)
-    assert complete_split(8, "deadline", 3, 5) == (3, 5)
-    assert complete_split(2, "deadline", 4, None) == (4, 1)
-    assert complete_split(8, "legacy", 2, None) == (2, 1)
-    assert complete_split(8, "legacy", None, None) == (8, 1)
+    assert complete_split(8, 4, None) == (4, 2)
+    assert complete_split(8, None, 3) == (3, 3)
+    assert complete_split(8, 3, 5) == (3, 5)
+    assert complete_split(2, 4, None) == (4, 1)
+    assert complete_split(8, None, None) == (2, 4)

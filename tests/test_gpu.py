@@ -31,7 +31,8 @@ from ttsvc.protocol import AudioChunkMsg, FromWorker, SynthesisJob
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.repository.manifest import load_manifest
 from ttsvc.synthesis import SynthesisParams, Synthesizer
-from ttsvc.worker.batching import BatchStreamScheduler, scheduler_for
+from ttsvc.worker.batching import batch_limit
+from ttsvc.worker.deadline import DeadlineScheduler
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -100,16 +101,18 @@ def test_streamed_audio_matches_onnxruntime(trt_set: EngineSet, synth: Synthesiz
 
 
 def test_batched_streams_match_onnxruntime(trt_set: EngineSet, synth: Synthesizer) -> None:
-    scheduler = scheduler_for(Synthesizer(trt_set), multiplex=True)
-    assert isinstance(scheduler, BatchStreamScheduler) and scheduler.max_batch == 8
-    sent: list[FromWorker] = []
-    for i, text in enumerate(TEXTS):
+    from tests.worker.test_batching import _drive  # noqa: PLC0415
+    from tests.worker.test_deadline import FakeClock  # noqa: PLC0415
+
+    gpu_synth = Synthesizer(trt_set)
+    assert batch_limit(trt_set) == 8
+    scheduler = DeadlineScheduler(gpu_synth, 1, 0.9, 10.0, clock=FakeClock(), step_floor_s=10.0,
+                                  max_batch=8)  # fmt: skip
+    for i, text in enumerate(TEXTS * 2):
         scheduler.add(SynthesisJob(f"g{i}", text, 1.0, 0.0, 0.0, 0.2))
-    for _ in range(10_000):
-        if not scheduler.streams:
-            break
-        scheduler.step(sent.append)
-    assert not scheduler.streams and max(scheduler.batch_sizes) > 1
+    sent: list[FromWorker]
+    sent, sizes = _drive(scheduler)
+    assert max(sizes) > 1
     for i, text in enumerate(TEXTS):
         pcm = b"".join(m.pcm for m in sent if isinstance(m, AudioChunkMsg) and m.uid == f"g{i}")
         got = np.frombuffer(pcm, dtype="<i2").astype(float)

@@ -182,7 +182,7 @@ class Server(ServerProcess):
     (CLI, gateway + worker processes), from the repository root, with its output in
     ``log_path``.
 
-    ``extra_args`` are appended to the command line (``--no-multiplex`` and the like); ``env``
+    ``extra_args`` are appended to the command line (``--compute-threads 1`` and the like); ``env``
     entries are added to this process's environment (an engine cache dir, say). ``workers=None``
     leaves ``--workers`` out, so the service picks its own split of the machine.
     """

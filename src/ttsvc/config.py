@@ -23,7 +23,6 @@ from ttsvc.cpus import (
     MAX_PROCESSES,
     MAX_THREADS,
     CpuBudget,
-    Scheduler,
     complete_split,
     cpu_budget,
 )
@@ -64,12 +63,8 @@ class Settings(BaseSettings):
     compute_threads: int = Field(ge=1, le=MAX_THREADS)
     """Compute threads per worker process, all over one deadline queue. Unset: from ``cpus``
     (``ttsvc.cpus.default_split``: one process up to 4 CPUs, then ``ceil(cpus / 4)``
-    processes), or ``ceil(cpus / workers)`` when ``workers`` is given; always 1 with the legacy
-    scheduler. Resolved to a number before validation, so it is always an int once built."""
-    scheduler: Scheduler = "deadline"
-    """``deadline``: K compute threads per process over one queue of steps ordered by playback
-    deadline, bounded steps, admission by real-time capacity. ``legacy``: the earlier
-    scheduler (one compute thread, whole windows, no admission), kept for comparison."""
+    processes), or ``ceil(cpus / workers)`` when ``workers`` is given. Resolved to a number
+    before validation, so it is always an int once built."""
     realtime_load: float = Field(0.75, gt=0.0, le=4.0)
     """Share of a process's measured real-time capacity its admitted streams may demand; a new
     stream past it waits for a running one to finish (its time to first audio grows) instead
@@ -92,9 +87,6 @@ class Settings(BaseSettings):
     """Growth factor of later windows."""
     max_window_frames: int = Field(512, ge=1, le=4096)
     """Largest vocoder window in frames."""
-    window_budget_share: float = Field(0.0, ge=0.0, le=1.0)
-    """A window may compute for at most this share of the audio another stream on the same
-    worker still has buffered (0, the default: no such cap; see ``WindowSchedule``)."""
     max_sentence_chars: int = Field(200, ge=20, le=2000)
     """Sentences longer than this are split at clauses for streaming."""
     max_text_chars: int = Field(4096, ge=1, le=100_000)
@@ -152,10 +144,8 @@ class Settings(BaseSettings):
     so longer than Wyoming's; ElevenLabs closes after 20 s, so clients written for it send
     keep-alives or reconnect."""
     workers: int = Field(ge=1, le=MAX_PROCESSES)
-    """Worker processes. Unset: from ``cpus`` like ``compute_threads`` (one per CPU with the
-    legacy scheduler), or ``ceil(cpus / compute_threads)`` when that is given."""
-    multiplex: bool = True
-    """Interleave streams window by window in a worker (off: one whole request at a time)."""
+    """Worker processes. Unset: from ``cpus`` like ``compute_threads``, or
+    ``ceil(cpus / compute_threads)`` when that is given."""
     max_streams_per_worker: int = Field(ge=1, le=1024)
     """Streams a worker process may hold, computing or waiting for real-time capacity; beyond,
     429 with Retry-After. Unset: ``STREAMS_PER_THREAD`` per compute thread."""
@@ -271,8 +261,7 @@ class Settings(BaseSettings):
         workers, threads = _given(data.get("workers")), _given(data.get("compute_threads"))
         if workers is None or threads is None:
             cpus = _given(data.get("cpus")) or cpu_budget().cpus
-            scheduler: Scheduler = "legacy" if data.get("scheduler") == "legacy" else "deadline"
-            split = complete_split(cpus, scheduler, workers, threads)
+            split = complete_split(cpus, workers, threads)
             # a given but invalid value stays, for its field's validation error
             if data.get("workers") is None:
                 filled["workers"] = split[0]
@@ -372,7 +361,6 @@ class Settings(BaseSettings):
             self.first_window_frames,
             self.window_growth,
             self.max_window_frames,
-            budget_share=self.window_budget_share,
             alone_first=self.alone_first_window_frames,
         )
 

@@ -17,7 +17,6 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 """Where the container's own cgroup is mounted (v2 unified, or v1 controller directories)."""
@@ -28,8 +27,6 @@ THREADS_PER_PROCESS = 4
 MAX_PROCESSES = 256
 MAX_THREADS = 256
 """The ``workers`` and ``compute_threads`` settings' upper bounds: a split never exceeds them."""
-
-Scheduler = Literal["deadline", "legacy"]
 
 _V1_DIRS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
 """Where cgroup v1 mounts the cpu controller (alone, or co-mounted with cpuacct)."""
@@ -104,10 +101,10 @@ def available_cpus(root: Path = CGROUP_ROOT) -> int:
     return cpu_budget(root).cpus
 
 
-def default_split(cpus: int, scheduler: Scheduler) -> tuple[int, int]:
+def default_split(cpus: int) -> tuple[int, int]:
     """Worker processes x compute threads per process for ``cpus`` CPUs.
 
-    ``deadline``: a process's compute threads share one queue of steps ordered by playback
+    A process's compute threads share one queue of steps ordered by playback
     deadline, so any free core of the process takes the most urgent step of any of its streams;
     across processes a stream stays pinned to its process. The larger one scheduling domain, the
     fewer streams wait while another core idles, and the engine weights are loaded once per
@@ -116,28 +113,20 @@ def default_split(cpus: int, scheduler: Scheduler) -> tuple[int, int]:
     isolation (a worker dying takes only its share of the streams) and bound the contention on
     one queue and one Python interpreter, with ``ceil(cpus / processes)`` threads each so no
     core is left without a thread (5 -> 2 x 3).
-
-    ``legacy``: one process per CPU with one compute thread, the earlier scheduler's layout.
     """
     cpus = max(1, cpus)
-    if scheduler == "legacy":
-        return min(cpus, MAX_PROCESSES), 1
     processes = min(math.ceil(cpus / THREADS_PER_PROCESS), MAX_PROCESSES)
     return processes, min(math.ceil(cpus / processes), MAX_THREADS)
 
 
-def complete_split(
-    cpus: int, scheduler: Scheduler, processes: int | None, threads: int | None
-) -> tuple[int, int]:
+def complete_split(cpus: int, processes: int | None, threads: int | None) -> tuple[int, int]:
     """The split with what the operator chose kept as chosen: given processes get the CPUs spread
     over them (``ceil(cpus / processes)`` threads each), given threads get as many processes as
-    fill the CPUs; the legacy scheduler runs one thread per process."""
+    fill the CPUs."""
     if processes is not None and threads is not None:
         return processes, threads
-    if scheduler == "legacy":
-        return processes or default_split(cpus, scheduler)[0], threads or 1
     if processes is not None:
         return processes, min(max(1, math.ceil(cpus / processes)), MAX_THREADS)
     if threads is not None:
         return min(max(1, math.ceil(cpus / threads)), MAX_PROCESSES), threads
-    return default_split(cpus, scheduler)
+    return default_split(cpus)

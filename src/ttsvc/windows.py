@@ -58,20 +58,10 @@ class WindowSchedule:
     chunk to cover a peer's sentence start, and a smaller window starts audio sooner: on
     stateful engines a lone stream's first chunk took 7-8 ms less over HTTP (``docs/first-
     audio.md``). The next window follows at once on the same idle cores."""
-    budget_share: float = 0.0
-    """For a worker's scheduler: the share of another stream's buffered audio one window may
-    compute for (the rest is for that stream's own next window); 0 turns the budget off.
-
-    Off by default: measured side by side (0.5 vs 0, first window 8 and 16), it did not reduce
-    gaps (concurrency 4: 96 vs 84 %, 8: 61 vs 68 %; with 16 frames first 0 vs 0 % and 27 vs
-    28 %) and cost ~5 % throughput. The gaps come from peers' sentence starts (acoustic engine
-    plus first window), which no window cap can split."""
-
     def __post_init__(self) -> None:
         if self.first < 1 or self.max < self.first or self.growth < 1.0 or self.alone_first < 0:
             raise ValueError(f"invalid window schedule {self}")
-        if not 0.0 < self.realtime_share <= 1.0 or not 0.0 <= self.budget_share <= 1.0 \
-                or self.delivery_s < 0.0:
+        if not 0.0 < self.realtime_share <= 1.0 or self.delivery_s < 0.0:
             raise ValueError(f"invalid window schedule {self}")
 
     def alone(self) -> WindowSchedule:

@@ -105,20 +105,18 @@ def test_deadline_counters_are_summed_over_labels_and_absent_without_them() -> N
     assert counter_delta(after, before)["deadline_misses"] == 5.0
 
 
-def test_systems_run_the_defaults_the_legacy_scheduler_and_the_two_by_one_split() -> None:
+def test_systems_run_the_defaults_and_the_two_by_one_split() -> None:
     args = build_arg_parser().parse_args(
-        ["--systems", "ttsvc,ttsvc-legacy,ttsvc-2x1,traditional", "--no-traditional"]
+        ["--systems", "ttsvc,ttsvc-2x1,traditional", "--no-traditional"]
     )
     systems = {s.name: s for s in make_systems(args)[0]}
-    assert set(systems) == {"ttsvc", "ttsvc-legacy", "ttsvc-2x1"}
+    assert set(systems) == {"ttsvc", "ttsvc-2x1"}
     assert systems["ttsvc"].workers is None  # the service picks processes x threads itself
-    assert "--scheduler" not in systems["ttsvc"].extra_args
-    legacy = systems["ttsvc-legacy"].command(Path("engines"))
-    assert legacy[legacy.index("--scheduler") + 1] == "legacy"
-    assert legacy[legacy.index("--workers") + 1] == "2"
     split = systems["ttsvc-2x1"].command(Path("engines"))
-    assert split[split.index("--scheduler") + 1] == "deadline"
+    assert split[split.index("--workers") + 1] == "2"
     assert split[split.index("--compute-threads") + 1] == "1"
     assert split.count("--workers") == 1
+    for system in systems.values():  # the service has one scheduler: no flag picks one
+        assert "--scheduler" not in system.command(Path("engines"))
     metrics = {s.metrics_port for s in systems.values()}
-    assert len(metrics) == 3 and None not in metrics  # each variant its own metrics port
+    assert len(metrics) == 2 and None not in metrics  # each variant its own metrics port

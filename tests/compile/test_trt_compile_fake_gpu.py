@@ -5,7 +5,7 @@ re-axised) and ``FakeGpuPlan`` for a deserialized plan (ONNX Runtime on the CPU 
 the rest is the real code: the CPU pipeline, profiles, the acoustic fallback, the timing cache,
 the manifest, the SNR gate, the atomic publish, and on the loading side the real
 ``tensorrt.assemble`` with its plan wrappers (batching, windows beyond a profile) driven by the
-batching scheduler.
+worker's scheduler, batching.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from tests.worker.test_batching import TEXTS, _job, _pcm, _run
+from tests.worker.test_batching import TEXTS, _drive, _job, _pcm, _sched
 from ttsvc.backends import gpu, trt_engine
 from ttsvc.backends import onnxruntime as ortb
 from ttsvc.backends import tensorrt as trtb
@@ -31,7 +31,7 @@ from ttsvc.errors import GraphShapeError, InvalidParameter
 from ttsvc.repository.layout import EngineRepository
 from ttsvc.repository.manifest import load_manifest
 from ttsvc.synthesis import SynthesisParams, Synthesizer
-from ttsvc.worker.batching import BatchStreamScheduler, scheduler_for
+from ttsvc.worker.batching import batch_limit
 
 pytestmark = pytest.mark.slow
 
@@ -132,12 +132,14 @@ def test_trt_version_published_loaded_by_workers_code_and_built_again_from_its_c
         got = np.concatenate([c.samples for c in gpu_synth.stream(text, params)])
         assert got.shape == expected.shape
         assert int(np.max(np.abs(got.astype(np.int32) - expected))) <= ROUNDING_LSB
-    # the batching scheduler over the real plan wrappers
-    scheduler = scheduler_for(gpu_synth, multiplex=True)
-    assert isinstance(scheduler, BatchStreamScheduler) and scheduler.max_batch == 4
-    jobs = [_job(f"b{i}", text) for i, text in enumerate(TEXTS)]
-    sent = _run(scheduler, jobs)
-    assert max(scheduler.batch_sizes) == 4
+    # the scheduler batching over the real plan wrappers (streams of one text: equal windows)
+    assert batch_limit(gpu_synth.engines) == 4
+    scheduler = _sched(gpu_synth, max_batch=batch_limit(gpu_synth.engines))
+    jobs = [_job(f"b{i}") for i in range(4)] + [_job(f"t{i}", t) for i, t in enumerate(TEXTS)]
+    for job in jobs:
+        scheduler.add(job)
+    sent, sizes = _drive(scheduler)
+    assert max(sizes) == 4
     for job in jobs:
         expected = np.concatenate([c.samples for c in synth.stream(job.text, params)])
         got = _pcm(sent, job.uid)

@@ -461,8 +461,7 @@ def pod_cpus(objects: list[dict[str, Any]]) -> dict[str, str]:
         ({}, (1, 2)),  # the default request, cpu: "2"
         ({"resources": {"requests": {"cpu": "500m"}}}, (1, 1)),
         ({"resources": {"requests": {"cpu": "6"}}}, (2, 3)),
-        ({"resources": {"requests": {"cpu": "16"}}, "settings": {"scheduler": "legacy"}},
-         (16, 1)),
+        ({"resources": {"requests": {"cpu": "16"}}}, (4, 4)),
         ({"resources": {"requests": {"cpu": "8"}}, "settings": {"workers": 4}}, (4, 2)),
         ({"resources": {"requests": {"cpu": "8"}}, "settings": {"cpus": 3}}, (1, 3)),
     ],

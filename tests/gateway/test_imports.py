@@ -18,8 +18,7 @@ WORKER_STACK = (
     "ttsvc.backends.gpu", "ttsvc.compile", "ttsvc.text.frontend", "ttsvc.text.phonemize",
     "ttsvc.worker.process", "ttsvc.worker.deadline", "ttsvc.worker.costs", "ttsvc.worker.loading",
     "ttsvc.worker.deadline_policy",
-    "ttsvc.worker.compute", "ttsvc.worker.batching", "ttsvc.worker.voices", "ttsvc.worker.heap",
-    "ttsvc.worker.scheduling", "ttsvc.worker.streams",
+    "ttsvc.worker.batching", "ttsvc.worker.voices", "ttsvc.worker.heap", "ttsvc.worker.streams",
 )  # fmt: skip
 
 PROBE = """

@@ -31,6 +31,12 @@ LONG = "This answer keeps its worker busy for a good long while, sentence after 
 """About three minutes of audio: far longer than any test waits for."""
 
 
+ONE_AT_A_TIME = ("--workers", "1", "--compute-threads", "1", "--realtime-load", "0.01",
+                 "--overload", "queue")  # fmt: skip
+"""One worker that admits one stream at a time: its one compute thread always takes a stream,
+and a capacity share of 1 % has room for no second, which waits in the worker's queue (sent
+there by ``--overload queue`` rather than refused at the gateway)."""
+
 def _events(srv: Server) -> list[dict[str, object]]:
     return [json.loads(line) for line in srv.log_lines() if line.startswith("{")]
 
@@ -185,7 +191,7 @@ def test_drain_past_its_grace_aborts_what_runs_and_exits_quietly(
     default_version: EngineVersion, engines_root: Path
 ) -> None:
     # one request at a time: one stream runs, two wait in the worker's queue
-    srv = Server(engines_root, "--workers", "1", "--no-multiplex", "--drain-grace", "1")
+    srv = Server(engines_root, *ONE_AT_A_TIME, "--drain-grace", "1")
     srv.wait_ready(1)
     try:
         started = threading.Barrier(2)
@@ -229,7 +235,7 @@ def test_drain_past_its_grace_aborts_what_runs_and_exits_quietly(
 @pytest.fixture(scope="module")
 def one_at_a_time(default_version: EngineVersion, engines_root: Path) -> Iterator[Server]:
     """One worker serving one request at a time: a second request waits in its queue."""
-    srv = Server(engines_root, "--workers", "1", "--no-multiplex", "--queue-timeout", "120")
+    srv = Server(engines_root, *ONE_AT_A_TIME, "--queue-timeout", "120")
     srv.wait_ready(1)
     yield srv
     srv.stop()

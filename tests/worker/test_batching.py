@@ -1,4 +1,5 @@
-"""Batching windows across streams: the policy's order, and the scheduler on real engines
+"""Batching windows across streams as an option of the one scheduler: which streams ride along
+with the picked one (fake clock, no engine run), and steps that run real engines as a batch
 (ONNX Runtime standing in for the GPU plans) producing exactly the unbatched audio."""
 
 from __future__ import annotations
@@ -7,99 +8,24 @@ import numpy as np
 import pytest
 
 from tests.worker.fakes import FakeGpuBatchVocoder, fake_gpu_batch_engines
+from tests.worker.test_deadline import FakeClock, run_all
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
-from ttsvc.synthesis import SynthesisParams, Synthesizer
-from ttsvc.worker.batching import (
-    BatchStreamScheduler,
-    PendingWindow,
-    scheduler_for,
-    select_batch,
-)
-from ttsvc.worker.compute import StreamScheduler
+from ttsvc.synthesis import FrameCall, SynthesisParams, Synthesizer
+from ttsvc.worker.batching import batch_key, batch_limit
+from ttsvc.worker.deadline import DeadlineScheduler
+from ttsvc.worker.deadline_policy import Live
 
+TEXT = "The quick brown fox jumps over the lazy dog, and the dog sleeps on."
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
     "Is this the right way to the station?",
-    "Are you calling about an existing order?",
     "A rainbow is a division of white light into many beautiful colors.",
     "Hello.",
 ]
 
 
-def _w(uid: str, key: str = "k", *, fresh: bool = False, arrived: float = 0.0,
-       deadline: float = 0.0, limit: int = 8) -> PendingWindow:  # fmt: skip
-    return PendingWindow(uid, key, fresh, arrived, deadline, limit)
-
-
-def _uids(batch: list[PendingWindow]) -> list[str]:
-    return [w.uid for w in batch]
-
-
-def test_fresh_streams_first_oldest_first() -> None:
-    pending = [_w("run", deadline=-5.0), _w("new2", fresh=True, arrived=2.0),
-               _w("new1", fresh=True, arrived=1.0)]  # fmt: skip
-    assert _uids(select_batch(pending, 8)) == ["new1", "new2", "run"]
-
-
-def test_then_earliest_deadline() -> None:
-    pending = [_w("late", deadline=3.0), _w("soon", deadline=1.0), _w("mid", deadline=2.0)]
-    assert _uids(select_batch(pending, 8)) == ["soon", "mid", "late"]
-
-
-def test_only_calls_of_the_head_shape_ride_along() -> None:
-    pending = [_w("a", "x", deadline=1.0), _w("b", "y", deadline=2.0),
-               _w("c", "x", deadline=3.0), _w("d", "y", fresh=True, arrived=9.0)]  # fmt: skip
-    assert _uids(select_batch(pending, 8)) == ["d", "b"]  # the fresh one leads with its shape
-    assert _uids(select_batch(pending[:3], 8)) == ["a", "c"]
-
-
-def test_never_more_than_max_batch_or_the_engines_limit() -> None:
-    pending = [_w(f"s{i}", deadline=float(i)) for i in range(20)]
-    assert _uids(select_batch(pending, 8)) == [f"s{i}" for i in range(8)]
-    assert _uids(select_batch(pending, 1)) == ["s0"]
-    limited = [_w(f"s{i}", deadline=float(i), limit=3) for i in range(20)]
-    assert len(select_batch(limited, 8)) == 3
-    assert select_batch([], 8) == []
-
-
-def test_no_stream_starves() -> None:
-    """Twelve streams of three shapes, batches of at most 4: a served stream's deadline moves
-    by the audio it got; every stream is served within a bounded number of steps, always."""
-    deadlines = {f"s{i}": float(i % 5) for i in range(12)}
-    shapes = {f"s{i}": f"shape{i % 3}" for i in range(12)}
-    last_served = dict.fromkeys(deadlines, 0)
-    worst_gap = 0
-    for step in range(1, 400):
-        pending = [_w(uid, shapes[uid], deadline=d) for uid, d in deadlines.items()]
-        batch = select_batch(pending, 4)
-        assert 1 <= len(batch) <= 4 and len({w.key for w in batch}) == 1
-        for window in batch:
-            deadlines[window.uid] += 1.5  # seconds of audio the window added
-            worst_gap = max(worst_gap, step - last_served[window.uid])
-            last_served[window.uid] = step
-    assert all(step - served < 30 for served in last_served.values())
-    assert worst_gap < 30
-
-
-def _job(uid: str, text: str) -> SynthesisJob:
+def _job(uid: str, text: str = TEXT) -> SynthesisJob:
     return SynthesisJob(uid, text, 1.0, 0.0, 0.0, 0.2)
-
-
-def _run(scheduler: StreamScheduler, jobs: list[SynthesisJob]) -> list[FromWorker]:
-    sent: list[FromWorker] = []
-    for job in jobs:
-        scheduler.add(job)
-    for _ in range(10_000):
-        if not scheduler.streams:
-            break
-        scheduler.step(sent.append)
-    assert not scheduler.streams
-    return sent
-
-
-def _pcm(sent: list[FromWorker], uid: str) -> np.ndarray:
-    chunks = [m.pcm for m in sent if isinstance(m, AudioChunkMsg) and m.uid == uid]
-    return np.frombuffer(b"".join(chunks), dtype="<i2")
 
 
 @pytest.fixture
@@ -109,81 +35,187 @@ def calls() -> list[tuple[str, int]]:
 
 @pytest.fixture
 def batch_synth(context_synth: Synthesizer, calls: list[tuple[str, int]]) -> Synthesizer:
-    """Context engines: what TensorRT plans are (stateful engines do not batch)."""
+    """Context engines: what TensorRT plans are (stateful engines do not batch). Not
+    calibrated: without per-frame costs no cap depends on timing, so streams of one text plan
+    the same windows."""
     return Synthesizer(fake_gpu_batch_engines(context_synth.engines, 4, calls))
+
+
+def _sched(synth: Synthesizer, clock: FakeClock | None = None, max_batch: int = 4,
+           threads: int = 1) -> DeadlineScheduler:  # fmt: skip
+    return DeadlineScheduler(synth, threads, 0.9, 10.0, clock=clock or FakeClock(),
+                             first_chunk_s=0.05, step_floor_s=10.0,
+                             max_batch=max_batch)  # fmt: skip
+
+
+def _playing(sched: DeadlineScheduler, uid: str, buffered_s: float, width: int = 40,
+             stage: str = "vocoder") -> Live:  # fmt: skip
+    stream = sched.streams[uid]
+    stream.first_sent_at = sched.clock() - 1.0
+    stream.samples_sent = round((1.0 + buffered_s) * stream.synth.sample_rate)
+    inputs = np.zeros((1, 192, width), np.float32)
+    stream.pending = FrameCall(stage, inputs)  # type: ignore[arg-type]
+    return stream
+
+
+def test_engines_that_batch_say_so_and_the_cpu_engines_do_not(
+    batch_synth: Synthesizer, synth: Synthesizer
+) -> None:
+    assert batch_limit(batch_synth.engines) == 4
+    assert batch_limit(synth.engines) == 1  # stateful ONNX Runtime engines: one call each
+
+
+def test_riders_share_the_picked_streams_call_shape_in_pick_order(
+    batch_synth: Synthesizer,
+) -> None:
+    sched = _sched(batch_synth)
+    for uid in ("a", "b", "c", "d", "e"):
+        sched.add(_job(uid))
+    _playing(sched, "a", 0.5)
+    _playing(sched, "b", 2.0)
+    _playing(sched, "c", 1.0)
+    _playing(sched, "d", 0.7, width=41)  # another shape: never in a's batch
+    _playing(sched, "e", 1.5, stage="flow")  # another stage, same shape
+    head = sched.pick()
+    assert head is sched.streams["a"]
+    assert [s.job.uid for s in sched.riders(head)] == ["c", "b"]  # least laxity first
+    sched.streams["c"].running = True  # taken by another thread: not a rider
+    assert [s.job.uid for s in sched.riders(head)] == ["b"]
+
+
+def test_never_more_than_max_batch_or_the_engines_limit(batch_synth: Synthesizer) -> None:
+    for max_batch, expected in ((8, 3), (3, 2), (1, 0)):  # the engines take 4 windows a call
+        sched = _sched(batch_synth, max_batch=max_batch)
+        for i in range(10):
+            sched.add(_job(f"s{i}"))
+            _playing(sched, f"s{i}", 0.5 + i / 10)
+        head = sched.pick()
+        assert head is not None
+        assert len(sched.riders(head)) == expected
+
+
+def test_nothing_rides_on_engines_that_do_not_batch_nor_with_a_fresh_stream(
+    synth: Synthesizer, batch_synth: Synthesizer
+) -> None:
+    cpu = _sched(synth, max_batch=8)  # a scheduler told to batch, on engines that cannot
+    for uid in ("a", "b"):
+        cpu.add(_job(uid))
+        _playing(cpu, uid, 1.0)
+    assert cpu.riders(cpu.streams["a"]) == []
+    fresh = _sched(batch_synth)
+    for uid in ("new", "b"):
+        fresh.add(_job(uid))
+    _playing(fresh, "b", 1.0)
+    assert fresh.pick() is fresh.streams["new"]  # its front end and acoustic run: alone
+    assert fresh.riders(fresh.streams["new"]) == []
+
+
+def test_acoustic_calls_never_batch(batch_synth: Synthesizer) -> None:
+    ids = np.zeros((1, 12), np.int64)
+    one, two = FrameCall("acoustic", ids), FrameCall("acoustic", ids.copy())
+    assert batch_key(one, batch_synth) != batch_key(two, batch_synth)
+    window = np.zeros((1, 192, 40), np.float32)
+    assert batch_key(FrameCall("vocoder", window), batch_synth) == batch_key(
+        FrameCall("vocoder", window.copy()), batch_synth)  # fmt: skip
+
+
+def _drive(sched: DeadlineScheduler) -> tuple[list[FromWorker], list[int]]:
+    """Run the streams to their end as a compute thread does (``DeadlineScheduler.run``), on
+    this thread: take a step's streams, step; what was sent, and each step's batch size."""
+    sent: list[FromWorker] = []
+    sizes: list[int] = []
+    for _ in range(10_000):
+        with sched.lock:
+            taken = sched.take()
+        if taken is None:
+            break
+        head, riders = taken
+        sizes.append(1 + len(riders))
+        sched.step(head, sent.append, riders)
+    assert not sched.streams
+    return sent, sizes
+
+
+def _pcm(sent: list[FromWorker], uid: str) -> np.ndarray:
+    chunks = [m.pcm for m in sent if isinstance(m, AudioChunkMsg) and m.uid == uid]
+    return np.frombuffer(b"".join(chunks), dtype="<i2")
 
 
 def test_batched_streams_equal_unbatched_audio(
     batch_synth: Synthesizer, context_synth: Synthesizer, calls: list[tuple[str, int]]
 ) -> None:
-    synth = context_synth
-    scheduler = scheduler_for(batch_synth, multiplex=True)
-    assert isinstance(scheduler, BatchStreamScheduler) and scheduler.max_batch == 4
-    jobs = [_job(f"u{i}", text) for i, text in enumerate(TEXTS)]
-    sent = _run(scheduler, jobs)
+    sched = _sched(batch_synth)
+    jobs = [_job(f"u{i}") for i in range(4)] + [_job(f"t{i}", t) for i, t in enumerate(TEXTS)]
+    for job in jobs:
+        sched.add(job)
+    sent, sizes = _drive(sched)
     params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
     for job in jobs:
-        expected = np.concatenate([c.samples for c in synth.stream(job.text, params)])
+        expected = np.concatenate([c.samples for c in context_synth.stream(job.text, params)])
         got = _pcm(sent, job.uid)
         assert got.shape == expected.shape
         assert int(np.max(np.abs(got.astype(np.int32) - expected))) <= 1  # batch rounding
         finals = [m for m in sent if isinstance(m, StreamDone | StreamError) and m.uid == job.uid]
         assert len(finals) == 1 and isinstance(finals[0], StreamDone)
-    assert max(scheduler.batch_sizes) > 1  # windows of several streams really shared calls
-    assert max(size for _, size in calls) <= 4
-    assert sum(scheduler.batch_sizes) > len(scheduler.batch_sizes)
+    assert max(sizes) > 1  # windows of several streams really shared calls
+    assert max(size for _, size in calls) == max(sizes) <= 4
+    assert sched.capacity.value > 0  # a batch's audio and time count too
 
 
 def test_first_chunks_of_fresh_streams_go_before_any_second_chunk(
     batch_synth: Synthesizer,
 ) -> None:
-    scheduler = BatchStreamScheduler(batch_synth, 4)
-    jobs = [_job(f"u{i}", text) for i, text in enumerate(TEXTS[:4])]
-    sent = _run(scheduler, jobs)
+    sched = _sched(batch_synth)
+    jobs = [_job(f"u{i}") for i in range(4)]
+    for job in jobs:
+        sched.add(job)
+    sent, sizes = _drive(sched)
     order = [m.uid for m in sent if isinstance(m, AudioChunkMsg)]
     firsts = [order.index(job.uid) for job in jobs]
-    seconds = [i for i, uid in enumerate(order) if order[: i].count(uid) == 1]
+    seconds = [i for i, uid in enumerate(order) if order[:i].count(uid) == 1]
     assert max(firsts) < min(seconds)
-    assert scheduler.batch_sizes[:2] == [4, 4]  # four first windows: flow, then vocoder, at once
-
-
-def test_cpu_engines_keep_the_cpu_scheduler(synth: Synthesizer) -> None:
-    scheduler = scheduler_for(synth, multiplex=True)
-    assert type(scheduler) is StreamScheduler
-    assert type(scheduler_for(synth, multiplex=False)) is StreamScheduler
-
-
-def test_cpu_scheduler_order_is_unchanged(synth: Synthesizer) -> None:
-    """Batch of one, fresh first then earliest deadline: every stream's first chunk before any
-    second one, each stream's audio exactly its unmultiplexed audio."""
-    scheduler = StreamScheduler(synth)
-    jobs = [_job(f"c{i}", text) for i, text in enumerate(TEXTS[:3])]
-    sent = _run(scheduler, jobs)
-    order = [m.uid for m in sent if isinstance(m, AudioChunkMsg)]
-    assert order[:3] == ["c0", "c1", "c2"]
-    params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
-    for job in jobs:
-        expected = np.concatenate([c.samples for c in synth.stream(job.text, params)])
-        np.testing.assert_array_equal(_pcm(sent, job.uid), expected)
+    assert sizes[:4] == [1, 1, 1, 1] and sizes[4] == 4  # first chunks alone, then one batch
 
 
 def test_a_failing_batch_fails_its_streams_not_the_worker(batch_synth: Synthesizer) -> None:
     vocoder = batch_synth.engines.vocoder
     assert isinstance(vocoder, FakeGpuBatchVocoder)
-    scheduler = BatchStreamScheduler(batch_synth, 4)
-    vocoder.fail = True
-    sent = _run(scheduler, [_job("f0", TEXTS[0]), _job("f1", TEXTS[1])])
+    sched = _sched(batch_synth)
+    for uid in ("f0", "f1"):
+        sched.add(_job(uid))
+    sched.add(_job("alone", TEXTS[3]))  # "Hello.": windows of its own shape
+    first: list[FromWorker] = []
+    for uid in ("f0", "f1", "alone"):  # their first chunks, one step each
+        stream = sched.streams[uid]
+        stream.running = True
+        sched.step(stream, first.append)
+    vocoder.fail = True  # the device fails from now on: in a batch and alone
+    sent, sizes = _drive(sched)
+    assert 2 in sizes  # f0 and f1's next windows shared a call, which failed
     errors = [m for m in sent if isinstance(m, StreamError)]
-    assert sorted(e.uid for e in errors) == ["f0", "f1"]
+    assert sorted(e.uid for e in errors) == ["alone", "f0", "f1"]  # one final message each
     assert all(e.status == 500 and e.type == "internal_error" for e in errors)
     vocoder.fail = False
-    sent = _run(scheduler, [_job("ok", TEXTS[4])])
+    sched.add(_job("ok", TEXTS[3]))
+    sent, _ = _drive(sched)
     assert isinstance(sent[-1], StreamDone) and len(_pcm(sent, "ok")) > 0
 
 
 def test_a_stream_with_nothing_to_say_fails_alone(batch_synth: Synthesizer) -> None:
-    scheduler = BatchStreamScheduler(batch_synth, 4)
-    sent = _run(scheduler, [_job("empty", "   "), _job("fine", TEXTS[4])])
+    sched = _sched(batch_synth)
+    sched.add(_job("empty", "   "))
+    sched.add(_job("fine", TEXTS[3]))
+    sent, _ = _drive(sched)
     errors = [m for m in sent if isinstance(m, StreamError)]
     assert [(e.uid, e.status) for e in errors] == [("empty", 422)]
     assert isinstance(sent[-1], StreamDone) and sent[-1].uid == "fine"
+
+
+def test_the_threads_batch_too(batch_synth: Synthesizer, calls: list[tuple[str, int]]) -> None:
+    """The scheduler's own threads (``run``) take riders as ``_drive`` does: on a clock that
+    stands still, four streams of one text queued together send their first chunks one by one,
+    then ride together."""
+    jobs = [_job(f"u{i}") for i in range(4)]
+    out = run_all(_sched(batch_synth), jobs, queued=True)
+    assert all(isinstance(out[j.uid][-1], StreamDone) for j in jobs)
+    assert max(size for _, size in calls) == 4

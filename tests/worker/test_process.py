@@ -31,6 +31,7 @@ from ttsvc.repository.cache import EngineCache, snapshot
 from ttsvc.repository.layout import EngineVersion
 from ttsvc.repository.manifest import file_entry, load_manifest, write_manifest
 from ttsvc.windows import WindowSchedule
+from ttsvc.worker.plan import WorkerConfig
 from ttsvc.worker.process import run_worker
 
 OTHER = "en_US-other-medium"
@@ -86,9 +87,9 @@ def worker(specs: tuple[EngineSpec, EngineSpec, EngineSpec]) -> Iterator[Connect
     default, other1, _ = specs
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=True)
-    process = ctx.Process(target=run_worker, daemon=True, args=(
-        0, default, 1, WindowSchedule(), 200, True, child, "warning", None, "json",
-        {OTHER: other1}, 0))  # fmt: skip
+    config = WorkerConfig(default, 1, WindowSchedule(), 200, log_level="warning",
+                          log_format="json", voices={OTHER: other1})  # fmt: skip
+    process = ctx.Process(target=run_worker, daemon=True, args=(0, config, child))
     process.start()
     child.close()
     assert parent.poll(WAIT_S) and isinstance(parent.recv(), WorkerReady)

@@ -1,11 +1,10 @@
-"""Every scheduler driven through the one interface the worker loop uses (``Scheduler``) as the
-loop drives it: start, pump each turn, close. Each streams its jobs to one final message and
-answers a cancel, whether the loop's thread runs its steps or threads of its own do."""
+"""The worker's one scheduler driven as the worker loop drives it (add, start, cancel, load,
+close), on the CPU's engines and on engines that batch: each streams its jobs to one final
+message and answers a cancel, whether a step serves one stream or several."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -15,10 +14,8 @@ from tests.worker.fakes import fake_gpu_batch_engines
 from ttsvc.backends.base import EngineSet
 from ttsvc.protocol import AudioChunkMsg, FromWorker, StreamDone, StreamError, SynthesisJob
 from ttsvc.synthesis import SynthesisParams, Synthesizer
-from ttsvc.worker.batching import BatchStreamScheduler
-from ttsvc.worker.compute import StreamScheduler
+from ttsvc.worker.batching import batch_limit
 from ttsvc.worker.deadline import DeadlineScheduler
-from ttsvc.worker.scheduling import Scheduler
 
 TEXT = "Your order has shipped. It will arrive on Thursday between nine and noon."
 WAIT_S = 120.0
@@ -30,32 +27,29 @@ def job(uid: str, text: str = TEXT) -> SynthesisJob:
 
 
 class Outbox:
-    """The pipe to the gateway: what every thread sent, in order."""
+    """The pipe to the gateway: what every thread sent, in order; a test waits on it."""
 
     def __init__(self) -> None:
         self.sent: list[FromWorker] = []
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
 
     def __call__(self, msg: FromWorker) -> None:
-        with self._lock:
+        with self._changed:
             self.sent.append(msg)
+            self._changed.notify_all()
 
     def of(self, uid: str) -> list[FromWorker]:
-        with self._lock:
+        with self._changed:
             return [m for m in self.sent if getattr(m, "uid", None) == uid]
 
     def ended(self, uid: str) -> bool:
         return any(isinstance(m, StreamDone | StreamError) for m in self.of(uid))
 
-
-def turn(scheduler: Scheduler, send: Outbox, until: Callable[[], bool]) -> None:
-    """The worker loop's turns (``WorkerLoop.run``), without the pipe, until ``until``."""
-    deadline = time.monotonic() + WAIT_S
-    while not until():
-        assert time.monotonic() < deadline, "the streams never ended"
-        scheduler.pump(send)
-        if not scheduler.wants_turn():
-            time.sleep(0.002)  # the loop would wait on its pipe here
+    def wait(self, until: Callable[[], bool]) -> None:
+        """Until ``until`` holds, woken by every message sent (``until`` reads ``of``, which
+        takes the same lock: a condition's lock is re-entrant here)."""
+        with self._changed:
+            assert self._changed.wait_for(until, timeout=WAIT_S), "the streams never ended"
 
 
 @pytest.fixture(scope="module")
@@ -66,25 +60,24 @@ def calibrated(engine_set: EngineSet) -> Synthesizer:
     return synth
 
 
-@pytest.fixture(params=["single-loop", "batching", "deadline"])
-def scheduler(request: pytest.FixtureRequest) -> Iterator[tuple[Scheduler, Synthesizer]]:
-    """Each scheduler the worker may run, and the synthesizer whose audio its streams carry."""
-    chosen: Scheduler
-    if request.param == "single-loop":
-        synth: Synthesizer = request.getfixturevalue("synth")
-        chosen = StreamScheduler(synth)
-    elif request.param == "batching":
-        synth = request.getfixturevalue("context_synth")  # context engines: what GPU plans are
-        chosen = BatchStreamScheduler(Synthesizer(fake_gpu_batch_engines(synth.engines, 4, [])), 4)
+@pytest.fixture(params=["cpu", "batching"])
+def scheduler(request: pytest.FixtureRequest) -> Iterator[tuple[DeadlineScheduler, Synthesizer]]:
+    """The scheduler as a worker builds it, on the CPU's engines and on engines that batch, and
+    the synthesizer whose audio its streams carry."""
+    if request.param == "cpu":
+        synth: Synthesizer = request.getfixturevalue("calibrated")
+        serving = synth
     else:
-        synth = request.getfixturevalue("calibrated")
-        chosen = DeadlineScheduler(synth, threads=2, per_thread=10.0)
+        synth = request.getfixturevalue("context_synth")  # context engines: what GPU plans are
+        serving = Synthesizer(fake_gpu_batch_engines(synth.engines, 4, []))
+    chosen = DeadlineScheduler(serving, threads=2, per_thread=10.0,
+                               max_batch=batch_limit(serving.engines))  # fmt: skip
     yield chosen, synth
     chosen.close()
 
 
 def test_each_scheduler_streams_its_jobs_to_one_final_message(
-    scheduler: tuple[Scheduler, Synthesizer],
+    scheduler: tuple[DeadlineScheduler, Synthesizer],
 ) -> None:
     sched, synth = scheduler
     texts = {"a": TEXT, "b": "Reply STOP to stop."}
@@ -95,7 +88,7 @@ def test_each_scheduler_streams_its_jobs_to_one_final_message(
     assert sched.threads >= 1
     out = Outbox()
     sched.start(out)
-    turn(sched, out, lambda: all(out.ended(uid) for uid in texts))
+    out.wait(lambda: all(out.ended(uid) for uid in texts))
     assert sched.in_hand() == 0 and sched.current_load(0).qsize == 0
     params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
     for uid, text in texts.items():
@@ -110,7 +103,7 @@ def test_each_scheduler_streams_its_jobs_to_one_final_message(
 
 
 def test_each_scheduler_answers_a_cancel_with_one_final_message(
-    scheduler: tuple[Scheduler, Synthesizer],
+    scheduler: tuple[DeadlineScheduler, Synthesizer],
 ) -> None:
     sched, _ = scheduler
     assert sched.cancel("nobody") is None
@@ -120,11 +113,12 @@ def test_each_scheduler_answers_a_cancel_with_one_final_message(
     out = Outbox()
     sched.start(out)
     sched.add(job("late", TEXT + " " + TEXT))
-    turn(sched, out, lambda: any(isinstance(m, AudioChunkMsg) for m in out.of("late")))
+    out.wait(lambda: any(isinstance(m, AudioChunkMsg) for m in out.of("late")))
     done = sched.cancel("late")  # mid-stream
     if done is not None:  # else a thread inside its step sends it
         out(done)
-    turn(sched, out, lambda: out.ended("late") and sched.in_hand() == 0)
+    out.wait(lambda: out.ended("late"))
+    assert sched.in_hand() == 0
     msgs = out.of("late")
     finals = [m for m in msgs if isinstance(m, StreamDone | StreamError)]
     assert finals == [msgs[-1]] and isinstance(msgs[-1], StreamDone)

@@ -48,17 +48,13 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "seconds while nothing was being spoken on it")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: from the CPUs, see --cpus: 1 up to 4 CPUs, "
-                   "then ceil(cpus / 4); one per CPU with --scheduler legacy)")
+                   "then ceil(cpus / 4))")
     p.add_argument("--compute-threads", type=int, default=None,
                    help="compute threads per worker process (default: the CPUs spread over the "
-                   "workers, ceil(cpus / workers); 1 with --scheduler legacy)")
+                   "workers, ceil(cpus / workers))")
     p.add_argument("--cpus", type=int, default=None,
                    help="CPUs to plan workers x compute threads for (default: the container's "
                    "cgroup CPU quota, rounded up, bounded by the CPU affinity mask)")
-    p.add_argument("--scheduler", choices=["deadline", "legacy"], default=None,
-                   help="deadline: compute threads over one queue ordered by playback deadline, "
-                   "admission by capacity; legacy: the earlier one-thread scheduler "
-                   "(default: deadline)")
     p.add_argument("--realtime-load", type=float, default=None,
                    help="share of a worker's real-time capacity its streams may demand before a "
                    "new stream waits or is refused (default 0.75)")
@@ -92,12 +88,6 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--body-timeout", type=float, default=None, dest="body_timeout_s",
                    help="a request body must arrive within this of its headers; else 408 "
                         "(default 10 s)")  # fmt: skip
-    p.add_argument("--no-multiplex", action="store_false", default=None, dest="multiplex",
-                   help="serve one whole request at a time per worker (default: streams "
-                   "interleaved window by window)")
-    p.add_argument("--window-budget-share", type=float, default=None,
-                   help="legacy scheduler only: share of a peer stream's buffered audio a "
-                   "window may take")  # fmt: skip
     p.add_argument("--first-window", type=int, default=None, help="frames in the first window")
     p.add_argument("--alone-first-window", type=int, default=None,
                    help="frames in the first window of a stream that starts while its worker "
@@ -160,7 +150,6 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         workers=settings.workers,
         compute_threads=settings.compute_threads,
         split=f"{settings.workers}x{settings.compute_threads}",  # processes x threads
-        scheduler=settings.scheduler,
         cpus=budget.cpus,
         cpus_from=budget.source,
     )

@@ -77,11 +77,10 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
             """Start the workers on the first verified engine set (at start, or once one
             appears: until then the gateway is up but unready)."""
             spec = WorkerSpec(engine, settings.threads, settings.schedule(),
-                              settings.max_sentence_chars, settings.multiplex, settings.log_level,
+                              settings.max_sentence_chars, settings.log_level,
                               settings.worker_start_timeout_s,
                               settings.worker_silence_timeout_s,
-                              ComputePlan(settings.compute_threads, settings.scheduler,
-                                          settings.realtime_load,
+                              ComputePlan(settings.compute_threads, settings.realtime_load,
                                           settings.step_floor_ms / 1000.0),
                               log_format=settings.log_format, voices={engine.voice: engine},
                               voice_budget=int(settings.voice_memory_mb * 2**20),

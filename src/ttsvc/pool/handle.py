@@ -15,7 +15,7 @@ from multiprocessing.process import BaseProcess
 
 from ttsvc.protocol import EngineSpec, StartFailed, ToWorker, WorkerReady
 from ttsvc.windows import WindowSchedule
-from ttsvc.worker.plan import ComputePlan
+from ttsvc.worker.plan import ComputePlan, WorkerConfig
 
 
 @dataclass
@@ -28,14 +28,13 @@ class WorkerSpec:
     threads: int
     schedule: WindowSchedule
     max_sentence_chars: int
-    multiplex: bool = True
     log_level: str = "info"
     start_timeout_s: float = 120.0
     """Not READY within this after spawn: killed and respawned."""
     silence_timeout_s: float = 10.0
     """No message for this long from a READY worker: killed (a hung worker never sends EOF)."""
     plan: ComputePlan = field(default_factory=ComputePlan)
-    """Scheduler, compute threads and admission limit of each worker."""
+    """Compute threads, admission limit and step floor of each worker."""
     log_format: str = "auto"
     """The gateway's log format, so a forced one (``json`` to a terminal, ``console`` to a
     file) holds for the workers' lines too: they write to the same stdout."""
@@ -47,6 +46,13 @@ class WorkerSpec:
     voice it used least recently."""
     memory_bytes: int = 0
     """Each worker's cap on its own memory (0: none; ``ttsvc.worker.limits``)."""
+
+    def worker_config(self) -> WorkerConfig:
+        """What a worker spawned now starts with: this spec as it stands (a rollout moves
+        ``engine`` and ``voices`` to the last good engines), frozen for the process."""
+        return WorkerConfig(self.engine, self.threads, self.schedule, self.max_sentence_chars,
+                            self.plan, self.log_level, self.log_format, dict(self.voices),
+                            self.voice_budget, self.memory_bytes)  # fmt: skip
 
 
 def usable_rate(value: float) -> float:

@@ -137,9 +137,7 @@ class WorkerPool:
         spec = self.spec
         process = self._ctx.Process(
             target=entry.run,
-            args=(wid, spec.engine, spec.threads, spec.schedule,
-                  spec.max_sentence_chars, spec.multiplex, child, spec.log_level, spec.plan,
-                  spec.log_format, dict(spec.voices), spec.voice_budget, spec.memory_bytes),
+            args=(wid, spec.worker_config(), child),
             name=f"ttsvc-worker-{wid}",
             daemon=True,
         )  # fmt: skip

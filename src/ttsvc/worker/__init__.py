@@ -1,1 +1,1 @@
-"""Worker process: one engine set, one compute thread, many multiplexed streams."""
+"""Worker process: engines loaded once, one scheduler whose compute threads step many streams."""

@@ -28,8 +28,12 @@ Three rules keep streams playing:
   first, so one key's burst cannot hold every place), and its time to first audio grows instead
   of every running stream stalling.
 
-The policy (``pick``, ``budget``, admission) reads time only through the injected clock, so
-tests drive it with a fake one; the threads are plain ``threading.Thread``s started by
+It is the worker's one scheduler. On engines that run batches (GPU plans, ``worker.batching``)
+a step is one engine call for the picked stream and the next ready streams whose call has the
+same shape (``riders``); on the CPU's engines, which do not batch, every step is a single call.
+
+The policy (``pick``, ``riders``, ``budget``, admission) reads time only through the injected
+clock, so tests drive it with a fake one; the threads are plain ``threading.Thread``s started by
 ``start``. The estimates it rests on (what a step and a chunk cost, ``Capacity``, the layout
 ``first_late``, the canary's ``measure``) are the cost model in ``worker.costs``.
 """
@@ -38,18 +42,32 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from ttsvc.errors import TTSError
 from ttsvc.observability.logs import get_logger
 from ttsvc.protocol import StreamDone, StreamError, SynthesisJob
-from ttsvc.synthesis import AudioChunk, FrameCall, Pcm16, Synthesizer
+from ttsvc.synthesis import Answer, AudioChunk, FrameCall, Pcm16, Synthesizer
+from ttsvc.worker.batching import run_batch
 from ttsvc.worker.costs import call_cost, slowdown_after
 from ttsvc.worker.deadline_policy import AUDIO_PER_CHAR_MEMORY, DeadlinePolicy, Live
-from ttsvc.worker.scheduling import Load
 from ttsvc.worker.streams import Send
 
 log = get_logger("worker")
+
+
+@dataclass(frozen=True)
+class Load:
+    """The scheduler's figures for one heartbeat, read at one instant (as ``Heartbeat``'s)."""
+
+    qsize: int
+    """Streams here, running or waiting, and requests waiting for their voice to load."""
+    capacity: float = 0.0
+    demand: float = 0.0
+    waiting: int = 0
+    misses: int = 0
+    late_s: float = 0.0
 
 
 class DeadlineScheduler(DeadlinePolicy):
@@ -119,46 +137,57 @@ class DeadlineScheduler(DeadlinePolicy):
             self._closed = True
             self.lock.notify_all()
 
-    def wants_turn(self) -> bool:
-        """Never: the threads run every step, the worker loop only waits on its pipe."""
-        return False
-
-    def pump(self, send: Send) -> None:
-        """Nothing: the threads run every step."""
+    def take(self) -> tuple[Live, list[Live]] | None:
+        """The next step's streams, marked running (lock held): ``pick``'s choice and, on
+        engines that batch, the streams whose call rides along with it (``riders``); None when
+        no stream is ready. Its thread frees when the head's step is expected to end."""
+        stream = self.pick()
+        if stream is None:
+            return None
+        riders = self.riders(stream)
+        for each in (stream, *riders):
+            each.running = True
+            each.step_started = time.monotonic()
+            each.estimate = 0.0
+            each.busy_until = 0.0  # a rider holds no thread: the head's counts
+        if not riders and stream.pending is not None:
+            # a batch's wall time is no single call's: only lone calls teach slowdown
+            stream.estimate = call_cost(stream, self.first_chunk_s)
+        stream.busy_until = self.clock() + self.step_cost(stream)
+        return stream, riders
 
     def run(self, send: Send) -> None:
-        """One compute thread: take the most urgent step, run it, send its audio; repeat.
-        Ends on ``close`` or when the pipe to the gateway is gone."""
+        """One compute thread: take the most urgent step (``take``), run it, send its audio;
+        repeat. Ends on ``close`` or when the pipe to the gateway is gone."""
         while True:
             with self.lock:
-                stream = self.pick()
-                while stream is None and not self._closed:
+                taken = self.take()
+                while taken is None and not self._closed:
                     self.lock.wait()
-                    stream = self.pick()
-                if stream is None:
+                    taken = self.take()
+                if taken is None:
                     return
-                stream.running = True
-                stream.step_started = time.monotonic()
-                stream.estimate = (call_cost(stream, self.first_chunk_s)
-                                   if stream.pending is not None else 0.0)  # fmt: skip
-                stream.busy_until = self.clock() + self.step_cost(stream)
+                stream, riders = taken
+                del taken
             try:
-                self.step(stream, send)
+                self.step(stream, send, riders)
             except (OSError, EOFError):
                 return  # the gateway went away: the main thread ends the process
-            except Exception:  # a bug outside the stream's own work: keep the thread serving
-                log.exception("compute_step_crashed", uid=stream.job.uid)
-                with self.lock:
-                    stream.running = False
-                    known = self.streams.get(stream.job.uid) is stream
-                    self._remove(stream)
-                if known:  # its one final message, if nothing sent one yet
-                    send(StreamError.of(stream.job.uid, TTSError("synthesis failed")))
+            except Exception:  # a bug outside the streams' own work: keep the thread serving
+                for each in (stream, *riders):
+                    log.exception("compute_step_crashed", uid=each.job.uid)
+                    with self.lock:
+                        each.running = False
+                        known = self.streams.get(each.job.uid) is each
+                        self._remove(each)
+                    if known:  # its one final message, if nothing sent one yet
+                        send(StreamError.of(each.job.uid, TTSError("synthesis failed")))
             finally:
-                stream.step_started = None
-                # an idle thread must not keep its last stream, and through it that stream's
-                # engines, alive: after a swap they would stay resident until its next step
-                del stream
+                for each in (stream, *riders):
+                    each.step_started = None
+                # an idle thread must not keep its last streams, and through them their
+                # engines, alive: after a swap they would stay resident until their next step
+                del stream, riders, each
 
     def stalled_for(self) -> float:
         """How long the oldest step still running has run (0 when none): a step hung in native
@@ -167,24 +196,45 @@ class DeadlineScheduler(DeadlinePolicy):
             started = [s.step_started for s in self.streams.values() if s.step_started is not None]
         return time.monotonic() - min(started) if started else 0.0
 
-    def step(self, stream: Live, send: Send) -> None:
+    def step(self, stream: Live, send: Send, riders: Sequence[Live] = ()) -> None:
         """Run one engine call of ``stream`` (marked running; a fresh one: every call up to its
-        first chunk) and send the chunks it completes."""
+        first chunk) and send the chunks it completes. With ``riders`` (marked running too),
+        the same call of each runs with it as one batch, and each goes on to its own chunks."""
         started = time.perf_counter()
-        chunks: list[AudioChunk] = []
-        ended = False
-        try:
-            ended = self._advance(stream, chunks)
-            # a fresh stream's first chunk is one step: its front end, acoustic run and first
-            # window back to back on this thread, as ``busy_until`` and ``budget`` count it,
-            # never queued again behind playing streams between its calls
-            while not (ended or chunks or stream.cancelled) and stream.first_sent_at is None:
-                ended = self._advance(stream, chunks)
-            samples = [stream.resample(c) for c in chunks]
-        except Exception as exc:  # a bug or a TTSError fails this stream, never the thread
-            self._fail(stream, exc, send)
-            return
-        elapsed = time.perf_counter() - started
+        batch = [stream, *riders]
+        answers: Sequence[Answer | None] = [None] * len(batch)
+        if riders:
+            calls = [s.pending for s in batch if s.pending is not None]
+            try:
+                answers = run_batch(calls[0].engines or stream.synth.engines, calls)
+            except Exception as exc:  # they shared the call: each gets the error
+                for each in batch:
+                    self._fail(each, exc, send)
+                return
+        done: list[tuple[Live, list[AudioChunk], list[Pcm16], bool]] = []
+        for each, answer in zip(batch, answers, strict=True):
+            chunks: list[AudioChunk] = []
+            try:
+                ended = self._advance(each, chunks, answer)
+                # a fresh stream's first chunk is one step: its front end, acoustic run and
+                # first window back to back on this thread, as ``busy_until`` and ``budget``
+                # count it, never queued again behind playing streams between its calls
+                while not (ended or chunks or each.cancelled) and each.first_sent_at is None:
+                    ended = self._advance(each, chunks)
+                samples = [each.resample(c) for c in chunks]
+            except Exception as exc:  # a bug or a TTSError fails this stream, never the thread
+                self._fail(each, exc, send)
+                continue
+            done.append((each, chunks, samples, ended))
+        elapsed = (time.perf_counter() - started) / len(batch)
+        for each, chunks, samples, ended in done:
+            self._finish(each, chunks, samples, ended, elapsed, send)
+
+    def _finish(self, stream: Live, chunks: list[AudioChunk], samples: list[Pcm16], ended: bool,
+                elapsed: float, send: Send) -> None:  # fmt: skip
+        """After a stream's step (``elapsed``: its share of the step's wall time): learn from
+        it, send its chunks unless it was cancelled meanwhile, and end it or free it for the
+        next step."""
         stream.compute_s += elapsed
         audio = sum(len(c.samples) for c in chunks) / stream.synth.sample_rate
         with self.lock:
@@ -214,9 +264,11 @@ class DeadlineScheduler(DeadlinePolicy):
         if stream.estimate > 0:
             self.slowdown = slowdown_after(self.slowdown, elapsed, stream.estimate)
 
-    def _advance(self, stream: Live, chunks: list[AudioChunk]) -> bool:
+    def _advance(self, stream: Live, chunks: list[AudioChunk],
+                 answer: Answer | None = None) -> bool:  # fmt: skip
         """Run the stream's pending engine call (or start it) and carry it to its next call,
-        collecting the chunks completed on the way; True when it has ended."""
+        collecting the chunks completed on the way; True when it has ended. ``answer``: the
+        pending call's answer when a batch already ran it."""
         if stream.steps is None:
             stream.started_at = self.clock()
             job = stream.job
@@ -227,7 +279,7 @@ class DeadlineScheduler(DeadlinePolicy):
                 budget=lambda: self.budget(stream), max_audio_s=job.max_audio_s,
                 script=job.script, voices=stream.voices)  # fmt: skip
             answer = None
-        else:
+        elif answer is None:
             assert stream.pending is not None
             answer = stream.synth.run_call(stream.pending)
         stream.pending = None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ttsvc.synthesis import Synthesizer
 from ttsvc.windows import DELIVERY_S
+from ttsvc.worker.batching import batch_key, batch_limit
 from ttsvc.worker.costs import Capacity, call_cost, chunk_cost, first_late
 from ttsvc.worker.streams import ActiveStream
 
@@ -76,6 +77,7 @@ class DeadlinePolicy:
         audio_per_char: float = AUDIO_PER_CHAR_S,
         step_floor_s: float = STEP_FLOOR_S,
         guard_s: float = GUARD_S,
+        max_batch: int = 1,
     ) -> None:
         self.synth = synth
         """Engines new streams start on (a swap replaces it; running streams keep theirs)."""
@@ -96,6 +98,9 @@ class DeadlinePolicy:
         self.guard_s = guard_s
         """A playing stream whose next step must start within this goes before fresh ones
         (``GUARD_S``; ``benchmarks/scheduler_bench.py`` measures others)."""
+        self.max_batch = max_batch
+        """Most streams one step serves with one engine call (``riders``), within each engine
+        set's own limit (1 for engines that do not batch: the CPU's; ``worker.batching``)."""
         self.streams: dict[str, Live] = {}
         """Every stream, admitted or waiting, in arrival order."""
         self.slowdown = 1.0
@@ -211,6 +216,29 @@ class DeadlinePolicy:
             return None
         now = self.clock()
         return min(ready, key=lambda s: self.rank(s, now))
+
+    def riders(self, head: Live) -> list[Live]:
+        """The streams that ride along with ``head``'s step: on engines that run batches, the
+        next ready streams in ``pick``'s order whose pending call has the same shape on the
+        same engines (``batch_key``), up to ``max_batch`` (and the engines' own limit) with the
+        head. Empty on engines that do not batch (the CPU's), and for a stream not started:
+        its first step runs its front end and acoustic run, which do not batch.
+
+        The head is always ``pick``'s choice, so batching never reorders who goes first; a
+        rider only gets its next call earlier than it would have, and the step's cost on a
+        device that batches is about the head's alone."""
+        if self.max_batch <= 1 or head.pending is None or head.pending.stage == "acoustic":
+            return []
+        engines = head.pending.engines or head.synth.engines
+        room = min(self.max_batch, batch_limit(engines)) - 1
+        if room <= 0:
+            return []
+        key = batch_key(head.pending, head.synth)
+        ready = [s for s in self.streams.values()
+                 if s.admitted and not s.running and s is not head and s.pending is not None
+                 and batch_key(s.pending, s.synth) == key]  # fmt: skip
+        now = self.clock()
+        return sorted(ready, key=lambda s: self.rank(s, now))[:room]
 
     def rank(self, stream: ActiveStream, now: float) -> tuple[int, float, float]:
         """``pick``'s order key: class (0 a playing stream inside the guard, 1 a fresh stream,

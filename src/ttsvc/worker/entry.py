@@ -7,11 +7,13 @@ gateway process that starts workers never loads it.
 
 from __future__ import annotations
 
-from typing import Any
+from multiprocessing.connection import Connection
+
+from ttsvc.worker.plan import WorkerConfig
 
 
-def run(*args: Any, **kwargs: Any) -> None:
+def run(worker_id: int, config: WorkerConfig, conn: Connection) -> None:
     """``ttsvc.worker.process.run_worker`` in the spawned process (same arguments)."""
     from ttsvc.worker.process import run_worker  # noqa: PLC0415 - the worker process only
 
-    run_worker(*args, **kwargs)
+    run_worker(worker_id, config, conn)

@@ -1,8 +1,9 @@
 """Worker process entry: load engines, pass the canary, say READY, then serve the pipe.
 
-The schedulers stay importable; this wrapper adds the pipe, heartbeats, signals and the exit
-when the gateway goes away, and drives whichever scheduler the plan picks through the one
-interface they share (``worker.scheduling``). ``run_worker`` sets the process up and
+The scheduler stays importable; this wrapper adds the pipe, heartbeats, signals and the exit
+when the gateway goes away around the worker's one scheduler (``worker.deadline``, whose
+threads run every step; on engines that batch, a step serves several streams at once).
+``run_worker`` sets the process up and
 ``WorkerLoop`` serves it; the loads themselves (at start, for a swap, for a voice a request
 needs) are ``worker.loading``'s.
 """
@@ -39,15 +40,13 @@ from ttsvc.protocol import (
 )
 from ttsvc.synthesis import Synthesizer
 from ttsvc.text.phonemize import close_phonemizer
-from ttsvc.windows import WindowSchedule
-from ttsvc.worker.batching import batch_limit, scheduler_for
+from ttsvc.worker.batching import MAX_BATCH
 from ttsvc.worker.costs import measure
 from ttsvc.worker.deadline import DeadlineScheduler
 from ttsvc.worker.heap import Heap
 from ttsvc.worker.limits import limit_memory
 from ttsvc.worker.loading import Loader, Outcome, alike_costs, load, measured_costs
-from ttsvc.worker.plan import ComputePlan
-from ttsvc.worker.scheduling import Scheduler
+from ttsvc.worker.plan import ComputePlan, WorkerConfig
 from ttsvc.worker.voices import VoiceSet, footprint, resident_bytes
 
 log = get_logger("worker")
@@ -66,27 +65,13 @@ HANG_S = 5.0
 the worker stops its heartbeats, and the gateway kills and replaces it."""
 
 
-def run_worker(
-    worker_id: int,
-    spec: EngineSpec,
-    threads: int,
-    schedule: WindowSchedule,
-    max_sentence_chars: int,
-    multiplex: bool,
-    conn: Connection,
-    log_level: str = "info",
-    plan: ComputePlan | None = None,
-    log_format: str = "auto",
-    voices: dict[str, EngineSpec] | None = None,
-    voice_budget: int = 0,
-    memory_bytes: int = 0,
-) -> None:
+def run_worker(worker_id: int, config: WorkerConfig, conn: Connection) -> None:
     """Process target (spawned). Returns when the gateway says so or its pipe closes.
 
-    ``spec`` is the voice loaded at start (its canary also measures the process's capacity);
-    ``voices`` are the others the gateway serves, loaded when a request first needs one, and
-    ``voice_budget`` the engine bytes the worker may hold at once (0: no limit).
-    ``memory_bytes`` caps the process's memory (0: no cap; ``worker.limits``).
+    ``config.engine`` is the voice loaded at start (its canary also measures the process's
+    capacity); ``config.voices`` are the others the gateway serves, loaded when a request first
+    needs one, within ``config.voice_budget`` engine bytes held at once (0: no limit);
+    ``config.memory_bytes`` caps the process's memory (0: no cap; ``worker.limits``).
 
     Whatever ends the process is logged as one JSON event (an exception with its traceback
     inside), never left to Python's raw traceback on stderr, which log collectors drop."""
@@ -95,13 +80,12 @@ def run_worker(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     relay = None
-    if configure_logging(log_level, sys.stdout, log_format) == "json":
+    if configure_logging(config.log_level, sys.stdout, config.log_format) == "json":
         relay = capture_stray_output(native=True)  # ONNX Runtime writes to fd 2 itself
     structlog.contextvars.bind_contextvars(worker=worker_id)
     try:
-        limit_memory(memory_bytes)
-        _serve(worker_id, spec, threads, schedule, max_sentence_chars, multiplex, conn,
-               plan or ComputePlan(), voices or {}, voice_budget)  # fmt: skip
+        limit_memory(config.memory_bytes)
+        _serve(worker_id, config, conn)
     except Exception:
         log.exception("worker_failed")
         raise SystemExit(1) from None
@@ -111,10 +95,10 @@ def run_worker(
             relay.close()
 
 
-def _serve(worker_id: int, spec: EngineSpec, threads: int, schedule: WindowSchedule,
-           max_sentence_chars: int, multiplex: bool, conn: Connection, plan: ComputePlan,
-           voices: dict[str, EngineSpec], voice_budget: int) -> None:  # fmt: skip
+def _serve(worker_id: int, config: WorkerConfig, conn: Connection) -> None:
     """Load the start engines, say READY (or why they cannot serve), then serve the pipe."""
+    spec, threads, schedule = config.engine, config.threads, config.schedule
+    max_sentence_chars = config.max_sentence_chars
     # imported before ``before``: the runtime's own memory is not a voice's
     import ttsvc.backends.loader  # noqa: F401, PLC0415
     from ttsvc.backends.onnxruntime import CPU_ARENA  # noqa: PLC0415
@@ -131,14 +115,15 @@ def _serve(worker_id: int, spec: EngineSpec, threads: int, schedule: WindowSched
         conn.send(StartFailed(worker_id, spec.voice, spec.label, exc.public(), exc.message))
         return
     grown = resident_bytes() - before
-    scheduler = _scheduler(synth, plan, multiplex)
+    scheduler = _scheduler(synth, config.plan)
     pipe_lock = threading.Lock()
 
     def send(msg: FromWorker) -> None:
         with pipe_lock:  # compute threads and this one share the pipe
             conn.send(msg)
 
-    held: VoiceSet[Synthesizer] = VoiceSet({**voices, spec.voice: spec}, voice_budget,
+    held: VoiceSet[Synthesizer] = VoiceSet({**config.voices, spec.voice: spec},
+                                           config.voice_budget,
                                            per_file_byte=footprint(spec, grown))  # fmt: skip
     held.put(spec.voice, synth, held.size(spec))
     capacity = scheduler.current_load(0).capacity
@@ -153,18 +138,18 @@ def _serve(worker_id: int, spec: EngineSpec, threads: int, schedule: WindowSched
         scheduler.close()
 
 
-def _scheduler(synth: Synthesizer, plan: ComputePlan, multiplex: bool) -> Scheduler:
-    """The deadline scheduler where the plan asks for it and the engines run one window per
-    call; else one compute loop (legacy, FIFO, or engines that batch windows: GPU plans)."""
-    if plan.scheduler == "deadline" and multiplex and batch_limit(synth.engines) == 1:
-        rate, first_chunk_s, per_char = measure(synth)
-        return DeadlineScheduler(synth, plan.threads, plan.load_limit, rate,
-                                 first_chunk_s=first_chunk_s, audio_per_char=per_char,
-                                 step_floor_s=plan.step_floor_s)  # fmt: skip
-    return scheduler_for(synth, multiplex)
+def _scheduler(synth: Synthesizer, plan: ComputePlan) -> DeadlineScheduler:
+    """The worker's one scheduler, measured with the start voice's canary; its steps batch
+    the windows of several streams on any engines it serves that run batches (GPU plans),
+    those a hot swap brings included."""
+    rate, first_chunk_s, per_char = measure(synth)
+    return DeadlineScheduler(synth, plan.threads, plan.load_limit, rate,
+                             first_chunk_s=first_chunk_s, audio_per_char=per_char,
+                             step_floor_s=plan.step_floor_s,
+                             max_batch=MAX_BATCH)  # fmt: skip
 
 
-def _heartbeat(worker_id: int, scheduler: Scheduler, held: VoiceSet[Synthesizer],
+def _heartbeat(worker_id: int, scheduler: DeadlineScheduler, held: VoiceSet[Synthesizer],
                settled: bool) -> Heartbeat:  # fmt: skip
     """``settled``: the heap has given back what the last work freed and no load is running;
     reported only while no stream is here either."""
@@ -174,7 +159,7 @@ def _heartbeat(worker_id: int, scheduler: Scheduler, held: VoiceSet[Synthesizer]
                      load.late_s, held.names(), settled and not load.qsize)  # fmt: skip
 
 
-def _hold(scheduler: Scheduler, held: VoiceSet[Synthesizer], spec: EngineSpec,
+def _hold(scheduler: DeadlineScheduler, held: VoiceSet[Synthesizer], spec: EngineSpec,
           synth: Synthesizer) -> None:  # fmt: skip
     """Serve ``synth`` as ``spec``'s voice from now on; running streams keep their engines."""
     held.known[spec.voice] = spec
@@ -187,11 +172,11 @@ def _hold(scheduler: Scheduler, held: VoiceSet[Synthesizer], spec: EngineSpec,
 
 @dataclass
 class WorkerLoop:
-    """The worker's main loop: the pipe, heartbeats, voice loads and staged swaps, and whatever
-    the scheduler's ``pump`` asks of this thread (a single-loop scheduler's steps)."""
+    """The worker's main loop: the pipe, heartbeats, voice loads and staged swaps (the
+    scheduler's own threads run every step)."""
 
     worker_id: int
-    scheduler: Scheduler
+    scheduler: DeadlineScheduler
     conn: Connection
     send: Callable[[FromWorker], None]
     heap: Heap
@@ -306,8 +291,7 @@ class WorkerLoop:
 
     def run(self) -> None:
         """Serve until the gateway says so, its pipe closes or it dies. Each turn, in this
-        order: a heartbeat when due, the loads that ended, an idle trim, the pipe, then the
-        scheduler's ``pump`` (one step of a single-loop scheduler)."""
+        order: a heartbeat when due, the loads that ended, an idle trim, then the pipe."""
         worker_id, scheduler, conn, send = self.worker_id, self.scheduler, self.conn, self.send
         heap, loader, held = self.heap, self.loader, self.held
         start, finished, swap = self.start, self.finished, self.swap
@@ -327,11 +311,7 @@ class WorkerLoop:
                 finished(*loader.done.get())
                 heap.freed()  # a superseded or replaced set is freed now, not at the next swap
             busy = scheduler.in_hand() > 0
-            timeout = STAGING_POLL_S
-            if scheduler.wants_turn():
-                timeout = 0.0
-            elif loader.started:
-                timeout = LOAD_POLL_S
+            timeout = LOAD_POLL_S if loader.started else STAGING_POLL_S
             try:
                 if not busy and not conn.poll(0):
                     heap.trim_if_due()  # idle: a trim's few milliseconds delay no window
@@ -357,4 +337,3 @@ class WorkerLoop:
                 return
             if busy:
                 heap.freed()
-            scheduler.pump(send)

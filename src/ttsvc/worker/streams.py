@@ -1,17 +1,17 @@
-"""A request's progress inside a worker, and the messages that report it, for every scheduler.
+"""A request's progress inside a worker, and the messages that report it.
 
-Why a module of its own: the schedulers (``worker.compute``, ``worker.batching``,
-``worker.deadline``) order and run steps each their own way, but a stream is the same record in
-all of them and the gateway must hear the same thing whichever ran it: the first chunk carries
-the queue wait, every chunk its engine version and step cost, and the stream ends with one final
-message (an error in its public form, a crash logged with its traceback). Kept once here, a
-change to what the gateway hears cannot reach one scheduler and miss another.
+Why a module of its own: the cost model (``worker.costs``) prices a stream's steps and the
+scheduler (``worker.deadline``) orders and runs them, and both read the same record; what the
+gateway hears of a stream is said once here: the first chunk carries the queue wait, every
+chunk its engine version and step cost, and the stream ends with one final message (an error
+in its public form, a crash logged with its traceback), whether its step ran alone or in a
+batch.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ttsvc.audio.resample import StreamResampler
@@ -33,8 +33,6 @@ class ActiveStream:
     job: SynthesisJob
     synth: Synthesizer
     """The engines this stream started on: it finishes on them even if the worker swaps."""
-    chunks: Iterator[AudioChunk] | None = None
-    """Single-loop scheduler only: the stream as chunks (``Synthesizer.stream``)."""
     first_sent_at: float | None = None
     samples_sent: int = 0
     compute_s: float = 0.0
@@ -43,9 +41,9 @@ class ActiveStream:
     """When its first step began (``arrived`` to here is its queue wait)."""
     resampler: StreamResampler | None = None
     steps: Steps[AudioChunk] | None = None
-    """Batching and deadline schedulers: the stream as steps (``Synthesizer.stream_steps``)."""
+    """The stream as steps (``Synthesizer.stream_steps``)."""
     pending: FrameCall | None = None
-    """Batching and deadline schedulers: the engine run the stream waits for."""
+    """The engine run the stream waits for."""
     voices: Mapping[str, Synthesizer] = field(default_factory=dict)
     """Other voices its script's runs are said in (SSML's ``voice``), held for it: it finishes
     on them whatever the worker evicts meanwhile."""
@@ -58,7 +56,6 @@ class ActiveStream:
         every finished stream resident until Python's cyclic collector happens to run, so a
         hot swap would leave the old engines in memory, hundreds of megabytes each.
         """
-        self.chunks = None
         self.steps = None
         self.pending = None
 
