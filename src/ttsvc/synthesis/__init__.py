@@ -1,9 +1,11 @@
 """The streaming synthesizer, in modules of one concern each.
 
 ``params`` (request parameters), ``steps`` (the engine runs a stream yields and the audio it
-makes), ``synthesizer`` (text to streamed PCM in frame windows) and ``canary`` (the check an
-engine set passes before it serves). Everything public is imported here, so callers import from
-``ttsvc.synthesis``.
+makes), ``synthesizer`` (text to streamed PCM: the stream), ``units`` (what a stream says, in
+order: plain text and SSML scripts alike), ``frame_steps`` (a sentence's windows as engine
+calls, stateful or context engines), ``calibration`` (what the engines cost here) and
+``canary`` (the check an engine set passes before it serves). Everything public is imported
+here, so callers import from ``ttsvc.synthesis``.
 """
 
 from ttsvc.synthesis.canary import CANARY_TEXT, canary_failure

@@ -1,67 +1,38 @@
-"""The streaming synthesizer: one sentence engine run, then frame windows through flow and vocoder.
+"""The streaming synthesizer: text to PCM chunks, one sentence engine run, then frame windows.
 
-Two kinds of frame engines: stateful ones (``compile/stateful.py``, the default) carry each
-layer's state from one call to the next, so a window computes only its own frames; windowed
-(context) ones recompute a context on each side, as described next.
-
-Why windows reproduce the one-shot audio exactly: flow and HiFi-GAN are pure convolution, so a
-window's output depends only on a bounded neighbourhood of frames. Each engine runs with its own
-context of real frames on each side (measured at compile time and recorded in the manifest) and
-its output is cropped to the window. The first window is small so audio
-starts early; later windows grow so the overlap's cost stays small against throughput.
+A stream is a generator of steps (``stream_steps``): it yields each engine run it needs as a
+``FrameCall`` for the worker's scheduler to answer (alone, or batched with other streams') and
+each window's audio as an ``AudioChunk``. The parts it rests on are modules of their own: what
+to say in which order (``units``), how a sentence's frames are cut into engine calls
+(``frame_steps``), what the engines cost here (``calibration``).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 import numpy as np
 
 from ttsvc.audio.resample import StreamResampler
-from ttsvc.backends.base import (
-    EngineSet,
-    FloatArray,
-    IntArray,
-    SentenceRun,
-    StreamCarry,
-    StreamingEngine,
-)
-from ttsvc.errors import (
-    AudioTooLong,
-    InvalidParameter,
-    NothingToSay,
-    TimestampsUnavailable,
-    VoiceUnavailable,
-)
-from ttsvc.protocol import Script, ScriptBreak, ScriptMark, WordTime
-from ttsvc.ranges import SPEED_MAX, SPEED_MIN
-from ttsvc.repository.manifest import FrameContext
-from ttsvc.synthesis.canary import CANARY_TEXT
+from ttsvc.backends.base import EngineSet, FloatArray, SentenceRun, StreamingEngine
+from ttsvc.errors import AudioTooLong, InvalidParameter, TimestampsUnavailable
+from ttsvc.protocol import Script, WordTime
+from ttsvc.synthesis.calibration import calibrate, measure_seconds_per_id
+from ttsvc.synthesis.frame_steps import FLOW_CHUNK, lag_context, window_steps
 from ttsvc.synthesis.params import SynthesisParams
 from ttsvc.synthesis.steps import Answer, AudioChunk, FrameCall, Pcm16, Steps, drive, to_pcm16
-from ttsvc.text.frontend import Sentence, TextFrontEnd, ends_sentence
+from ttsvc.synthesis.units import Unit, later, unit_marks, units, word_times
+from ttsvc.text.frontend import Sentence, TextFrontEnd
 from ttsvc.windows import Budget, WindowSchedule
+
+__all__ = ["ESTIMATE_MARGIN", "FLOW_CHUNK", "Synthesizer"]
 
 ESTIMATE_MARGIN = 1.5
 """Audio estimated per phoneme id, as a multiple of the canary's rate: above every kind of text
 measured, so the audio cap refuses up front (a clean 422) rather than cutting a stream later."""
 
-FLOW_CHUNK = 256
-"""Most frames the flow runs ahead of the window it feeds: its context overhead stays small, and
-one step stays short enough not to hold up other streams on the worker."""
-
-
-def flow_ahead(end: int) -> int:
-    """Frames the flow may run ahead of a window ending at frame ``end``: as many as the
-    sentence has played up to it, at most ``FLOW_CHUNK``. The second window of a sentence
-    follows a first chunk of 4-16 frames (46-186 ms of audio); a flow call that jumped 256
-    frames there cost 33-60 ms with its window, longer than that audio lasts, and the stream
-    ran dry (issue 37). Growing with the audio, the flow's run-ahead doubles from window to
-    window and reaches ``FLOW_CHUNK`` within a few."""
-    return min(FLOW_CHUNK, max(1, end))
 
 T = TypeVar("T")
 
@@ -69,83 +40,6 @@ T = TypeVar("T")
 def _window(start: int, end: int, audio: FloatArray) -> tuple[int, int, FloatArray]:
     return start, end, audio
 
-
-def _lag_context(engine: object) -> FrameContext:
-    """A stateful engine's lag as the frames a first window reads past its end."""
-    assert isinstance(engine, StreamingEngine)
-    return FrameContext(left=0, right=engine.flush_frames, max_abs_error=0.0)
-
-
-def _padded(x: FloatArray, start: int, end: int) -> FloatArray:
-    """Frames ``[start, end)`` of ``x``, zeros past its end (a stateful engine's flush)."""
-    piece = x[:, :, start : min(end, x.shape[2])]
-    if piece.shape[2] == end - start:
-        return np.ascontiguousarray(piece)
-    out = np.zeros((*x.shape[:2], end - start), dtype=np.float32)
-    out[:, :, : piece.shape[2]] = piece
-    return out
-
-
-@dataclass(frozen=True)
-class _Unit:
-    """One sentence to say, with how (its parameters and gain) and the silence around it."""
-
-    sentence: Sentence
-    params: SynthesisParams
-    gain: float = 1.0
-    pause: int = 0
-    """Samples of silence after it."""
-    lead: Pcm16 = field(default_factory=lambda: np.zeros(0, np.int16))
-    """Samples of silence before it (a script's leading break)."""
-    marks: tuple[tuple[str, int, bool], ...] = ()
-    """Marks timed in it: name, offset in the document, and whether it is timed at the end of
-    the sentence's audio (after the last run) rather than at a word."""
-    synth: Synthesizer | None = None
-    """The voice that says it when not the stream's own (SSML's ``voice``)."""
-
-
-def _owned(
-    marks: tuple[tuple[str, int], ...], sentences: list[Sentence], k: int
-) -> tuple[tuple[str, int, bool], ...]:
-    """The marks of a run that sentence ``k`` of its ``sentences`` times: those before a word
-    it says and after every word of the sentences before it; the last sentence also takes those
-    after all words."""
-    def first_start(index: int) -> int | None:
-        starts = [w.span[0] for w in sentences[index].words]
-        return min(starts) if starts else None
-
-    out = []
-    for name, at in marks:
-        owner = len(sentences) - 1
-        for index in range(len(sentences)):
-            if any(w.span[0] >= at for w in sentences[index].words):
-                owner = index
-                break
-        if owner == k:
-            out.append((name, at, first_start(k) is None))
-    return tuple(out)
-
-
-def _marks(
-    unit: _Unit, timed: list[tuple[int, WordTime]], total: int, end_s: float
-) -> list[tuple[int, WordTime]]:
-    """The unit's marks as ``WordTime``s: at the start of the first word at or after each (in
-    the document), else at the end of the sentence's audio."""
-    out = []
-    for name, at, at_end in unit.marks:
-        word = None if at_end else next(
-            ((first, w) for first, w in timed if w.text_span[0] >= at), None)  # fmt: skip
-        if word is None:
-            out.append((total - 1, WordTime(name, end_s, end_s, (at, at), mark=True)))
-        else:
-            first, w = word
-            out.append((first, WordTime(name, w.start, w.start, (at, at), mark=True)))
-    return out
-
-
-def _later(word: WordTime, seconds: float) -> WordTime:
-    """``word`` timed ``seconds`` later (a sentence's times from its start to the stream's)."""
-    return replace(word, start=word.start + seconds, end=word.end + seconds)
 
 
 def _on(steps: Steps[T], engines: EngineSet) -> Steps[T]:
@@ -157,6 +51,7 @@ def _on(steps: Steps[T], engines: EngineSet) -> Steps[T]:
         except StopIteration:
             return
         answer = yield (replace(item, engines=engines) if isinstance(item, FrameCall) else item)
+
 
 
 class Synthesizer:
@@ -177,8 +72,8 @@ class Synthesizer:
         self.vocoder_context = engines.manifest.contexts["vocoder"]
         self.flow_context = engines.manifest.contexts.get("flow")
         if self.stateful:  # what a first window reads past its end: the engines' lag
-            self.vocoder_context = _lag_context(engines.vocoder)
-            self.flow_context = None if engines.flow is None else _lag_context(engines.flow)
+            self.vocoder_context = lag_context(engines.vocoder)
+            self.flow_context = None if engines.flow is None else lag_context(engines.flow)
         self.frame_cost_s = 0.0
         """Flow + vocoder seconds per frame here; 0 until ``calibrate`` ran (no playback cap)."""
         self.flow_cost_s = 0.0
@@ -235,64 +130,12 @@ class Synthesizer:
         frames = self.frames(self.latents(ids, params), speaker)
         return self.engines.vocoder.waveform(frames, speaker)
 
+
     def calibrate(self, frames: int = 64) -> float:
         """Measure flow + vocoder cost per frame (after a warm-up run) for the playback cap,
-        and each engine's own cost (per frame, per phoneme id) for a worker's step estimates."""
-        channels = self.engines.manifest.latent_channels
-        if self.stateful:
-            costs = self._calibrate_calls(channels, frames)
-        else:
-            costs = self._calibrate_windows(channels, frames)
-        ids = [i for sentence in self.sentences(CANARY_TEXT) for i in sentence.ids]
-        params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
-        started = time.perf_counter()
-        self.latents(ids, params)
-        self.acoustic_cost_s = (time.perf_counter() - started) / len(ids)
-        self.flow_cost_s = costs[0] if self.engines.flow is not None else 0.0
-        self.vocoder_cost_s = costs[1]
-        self.frame_cost_s = sum(costs)
-        return self.frame_cost_s
-
-    def _calibrate_windows(self, channels: int, frames: int) -> list[float]:
-        """Context engines: seconds per frame of a window of ``frames`` and its context."""
-        width = frames + self.vocoder_context.left + self.vocoder_context.right
-        window = np.zeros((1, channels, width), dtype=np.float32)
-        costs = []
-        for stage in (self.frames, self.engines.vocoder.waveform):
-            stage(window)
-            started = time.perf_counter()
-            stage(window)
-            costs.append((time.perf_counter() - started) / width)
-        return costs
-
-    def _calibrate_calls(self, channels: int, frames: int, small: int = 4) -> list[float]:
-        """Stateful engines: seconds per frame, and per call beside (``flow_call_s``,
-        ``vocoder_call_s``), from calls of ``small`` and ``frames`` frames mid-sentence (the
-        best of three each: a neighbour's load only ever adds)."""
-        costs = []
-        for stage in (self.engines.flow, self.engines.vocoder):
-            if stage is None:
-                costs.append(0.0)
-                continue
-            assert isinstance(stage, StreamingEngine)
-            timings = []
-            for width in (small, frames):
-                window = np.zeros((1, channels, width), dtype=np.float32)
-                best = float("inf")
-                for _ in range(4):  # the first warms the engine up
-                    carry = StreamCarry(total=1 << 30, position=1 << 20)
-                    started = time.perf_counter()
-                    stage.step(window, carry)
-                    best = min(best, time.perf_counter() - started)
-                timings.append(best)
-            per_frame = max(timings[1] - timings[0], 1e-9) / (frames - small)
-            call = max(0.0, timings[0] - small * per_frame)
-            if stage is self.engines.flow:
-                self.flow_call_s = call
-            else:
-                self.vocoder_call_s = call
-            costs.append(per_frame)
-        return costs
+        and each engine's own cost (per frame, per phoneme id) for a worker's step estimates
+        (``synthesis.calibration``)."""
+        return calibrate(self, frames)
 
     def seconds_per_id(self) -> float:
         """Audio seconds per phoneme id at speed 1, measured once on the canary sentence.
@@ -303,12 +146,7 @@ class Synthesizer:
         rarely cut later.
         """
         if self._seconds_per_id is None:
-            params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
-            ids = frames = 0
-            for sentence in self.sentences(CANARY_TEXT):
-                ids += len(sentence.ids)
-                frames += self.latents(sentence.ids, params).shape[2]
-            self._seconds_per_id = frames * self.hop / self.sample_rate / max(1, ids)
+            self._seconds_per_id = measure_seconds_per_id(self)
         return self._seconds_per_id
 
     def plan(
@@ -335,7 +173,7 @@ class Synthesizer:
     ) -> Iterator[FloatArray]:
         """Float audio of ``latents`` window by window; concatenated, it equals one-shot audio
         (``speaker``: the one the latents were computed for)."""
-        steps = self._window_steps(latents, schedule, _window, speaker=speaker)
+        steps = window_steps(self, latents, schedule, _window, speaker=speaker)
         for _, _, audio in drive(steps, self.run_call):
             yield audio
 
@@ -356,113 +194,6 @@ class Synthesizer:
             return engines.flow.frames(call.inputs, call.speaker)
         return engines.vocoder.waveform(call.inputs, call.speaker)
 
-    def _window_steps(
-        self,
-        latents: FloatArray,
-        schedule: WindowSchedule | None,
-        finish: Callable[[int, int, FloatArray], T],
-        budget: Budget | None = None,
-        speaker: int = 0,
-    ) -> Steps[T]:
-        """Each window as ``finish(start, end, audio)``, asking for engine runs as ``FrameCall``s.
-
-        Each vocoder window reads decoder frames with its own context on each side. Those frames
-        come from the flow, run just far enough ahead (with the flow's own context) and kept, so
-        each frame goes through the flow once: the first time only as far as the first window
-        needs, later as far ahead as ``flow_ahead`` lets it (up to ``FLOW_CHUNK`` frames).
-
-        The engine runs are yielded rather than made here so that a GPU scheduler can batch the
-        same call of several streams (``worker.batching``); ``drive`` runs them one by one.
-        ``budget`` (see ``WindowSchedule.windows``) bounds the flow's runs as well as the
-        vocoder's windows: on a worker whose streams share its cores, the flow's chunk shrinks
-        to what the budget allows (never below what the next window needs).
-        """
-        if self.stateful:
-            yield from self._stateful_steps(latents, schedule, finish, budget, speaker)
-            return
-        total = latents.shape[2]
-        vctx, hop = self.vocoder_context, self.hop
-        flow, fctx = self.engines.flow, self.flow_context
-        frames: FloatArray | None = latents if flow is None else None
-        done = total if flow is None else 0
-        for start, end in self.plan(total, schedule, budget):
-            need = min(total, end + vctx.right)
-            if flow is not None and fctx is not None and done < need:
-                chunk = flow_ahead(end)
-                allowed = budget() if budget is not None and self.flow_cost_s > 0 else None
-                if allowed is not None:
-                    chunk = min(chunk, int(allowed / self.flow_cost_s) - fctx.left - fctx.right)
-                target = need if done == 0 else min(total, max(need, done + chunk))
-                lo, hi = max(0, done - fctx.left), min(total, target + fctx.right)
-                out = yield FrameCall("flow", latents[:, :, lo:hi], speaker=speaker,
-                                      window=end - start)  # fmt: skip
-                assert isinstance(out, np.ndarray)
-                piece = out[:, :, done - lo : target - lo]
-                if frames is None:
-                    frames = np.empty((1, piece.shape[1], total), dtype=np.float32)
-                frames[:, :, done:target] = piece
-                done = target
-            assert frames is not None
-            lo, hi = max(0, start - vctx.left), min(total, end + vctx.right)
-            audio = yield FrameCall("vocoder", frames[:, :, lo:hi], speaker=speaker)
-            assert isinstance(audio, np.ndarray)
-            yield finish(start, end, audio[(start - lo) * hop : (end - lo) * hop])
-
-    def _stateful_steps(
-        self,
-        latents: FloatArray,
-        schedule: WindowSchedule | None,
-        finish: Callable[[int, int, FloatArray], T],
-        budget: Budget | None = None,
-        speaker: int = 0,
-    ) -> Steps[T]:
-        """``_window_steps`` on stateful engines: each frame goes through each engine once.
-
-        The vocoder's output lags its input by ``lag`` samples, so a window ``[start, end)``
-        feeds the vocoder up to ``end + flush`` frames (zeros past the sentence: the engine
-        masks them), and those frames come from the flow, fed ``lag`` frames further still.
-        Each engine's state for this sentence lives in its ``StreamCarry`` here, in the
-        stream's own steps, and is dropped with them.
-        """
-        total = latents.shape[2]
-        flow, vocoder = self.engines.flow, self.engines.vocoder
-        assert isinstance(vocoder, StreamingEngine)
-        hop, vflush = self.hop, vocoder.flush_frames
-        channels = latents.shape[1]
-        vcarry, fcarry = StreamCarry(total), StreamCarry(total)
-        frames = latents if flow is None else np.zeros((1, channels, total), np.float32)
-        done = total if flow is None else 0  # decoder frames known
-        audio = np.zeros(total * hop, np.float32)
-        produced = 0  # samples of ``audio`` known
-        for start, end in self.plan(total, schedule, budget):
-            need = min(total, end + vflush)
-            if flow is not None and done < need:
-                assert isinstance(flow, StreamingEngine)
-                chunk = flow_ahead(end)
-                allowed = budget() if budget is not None and self.flow_cost_s > 0 else None
-                if allowed is not None:
-                    chunk = min(chunk, int(allowed / self.flow_cost_s))
-                target = need if done == 0 else min(total, max(need, done + chunk))
-                fed = min(total + flow.lag, target + flow.lag)  # flow input frames wanted
-                piece = _padded(latents, fcarry.position, fed)
-                out = yield FrameCall("flow", piece, speaker=speaker, carry=fcarry,
-                                      window=end - start)  # fmt: skip
-                assert isinstance(out, np.ndarray)
-                first = fcarry.position - piece.shape[-1] - flow.lag  # sentence frame of out[0]
-                lo, hi = max(0, first), min(total, first + out.shape[-1])
-                frames[:, :, lo:hi] = out[:, :, lo - first : hi - first]
-                done = hi
-            fed = min(total + vflush, end + vflush)
-            if vcarry.position < fed:
-                piece = _padded(frames, vcarry.position, fed)
-                out = yield FrameCall("vocoder", piece, speaker=speaker, carry=vcarry)
-                assert isinstance(out, np.ndarray)
-                first = (vcarry.position - piece.shape[-1]) * hop - vocoder.lag
-                lo, hi = max(0, first), min(total * hop, first + out.shape[-1])
-                audio[lo:hi] = out[lo - first : hi - first]
-                produced = hi
-            assert produced >= end * hop
-            yield finish(start, end, audio[start * hop : end * hop])
 
     def stream_steps(
         self,
@@ -486,20 +217,27 @@ class Synthesizer:
         ``voices``, its audio resampled to this one's rate)."""
         params = params or SynthesisParams()
         speaker = self.speaker(params)
-        units = self._units(text, script, params, voices or {})
+        held = voices or {}
+        said = units(self.frontend, self.sample_rate, text, script, params,
+                     {name: v.frontend for name, v in held.items()})  # fmt: skip
+
+        def voice_of(unit: Unit) -> Synthesizer:
+            """The synthesizer that says ``unit``: this one, or the voice its run names."""
+            return self if unit.voice is None else held[unit.voice]
+
         if max_audio_s is not None:
-            estimate = sum(len(u.sentence.ids) * (u.synth or self).seconds_per_id()
+            estimate = sum(len(u.sentence.ids) * voice_of(u).seconds_per_id()
                            * ESTIMATE_MARGIN / u.params.speed + u.pause / self.sample_rate
-                           for u in units)  # fmt: skip
+                           for u in said)  # fmt: skip
             if estimate > max_audio_s:
                 raise AudioTooLong(f"the text would make about {estimate:.0f} s of audio, over "
                                    f"the {max_audio_s:g} s a request may produce",
                                    field="text")  # fmt: skip
         offset = 0
         schedule = schedule or self.schedule
-        for index, unit in enumerate(units):
-            sentence, last_sentence = unit.sentence, index == len(units) - 1
-            voice = unit.synth or self
+        for index, unit in enumerate(said):
+            sentence, last_sentence = unit.sentence, index == len(said) - 1
+            voice = voice_of(unit)
             said_by = speaker if voice is self else 0
             phonemes = np.asarray([sentence.ids], dtype=np.int64)
             run = yield FrameCall("acoustic", phonemes, unit.params.scales(voice.engines),
@@ -519,9 +257,10 @@ class Synthesizer:
                         "recompile it (`ttsvc compile`) for word timestamps",
                         field="voice")  # fmt: skip
                 start_s = (offset + lead) / self.sample_rate
-                timed = [(first, _later(w, start_s))
-                         for first, w in voice.word_times(sentence, run.durations, 0)]
-                timed += _marks(unit, timed, total, start_s + samples / self.sample_rate)
+                frame_s = voice.hop / voice.sample_rate
+                timed = [(first, later(w, start_s)) for first, w in
+                         word_times(sentence, run.durations, 0, frame_s, voice.sample_rate)]
+                timed += unit_marks(unit, timed, total, start_s + samples / self.sample_rate)
             length = lead + samples + unit.pause
             if max_audio_s is not None and offset + length > max_audio_s * self.sample_rate:
                 raise AudioTooLong(f"the audio would pass the {max_audio_s:g} s a request may "
@@ -532,7 +271,7 @@ class Synthesizer:
             def chunk(
                 _start: int, end: int, audio: FloatArray,
                 index: int = index, last: bool = last_sentence, total: int = total,
-                timed: list[tuple[int, WordTime]] = timed, unit: _Unit = unit,
+                timed: list[tuple[int, WordTime]] = timed, unit: Unit = unit,
                 resampler: StreamResampler | None = resampler,
             ) -> AudioChunk:  # fmt: skip
                 nonlocal offset
@@ -551,88 +290,9 @@ class Synthesizer:
                 return out
 
             # no look-ahead: each window is sent as soon as it is computed
-            steps = voice._window_steps(latents, schedule, chunk, budget, said_by)
+            steps = window_steps(voice, latents, schedule, chunk, budget, said_by)
             yield from (steps if voice is self else _on(steps, voice.engines))
 
-    def _units(
-        self, text: str, script: Script | None, params: SynthesisParams,
-        voices: Mapping[str, Synthesizer],
-    ) -> list[_Unit]:  # fmt: skip
-        """The sentences to say in order, each with its parameters and the silence around it.
-
-        Plain text: its sentences, the request's sentence pause between them. A script: each
-        run's sentences at the run's rate and gain, a break's silence after the sentence before
-        it (or before the first), marks with the sentence they are timed in; raises
-        ``NothingToSay`` when no run has anything to say."""
-        pause = round(params.sentence_silence * self.sample_rate)
-        if script is None:
-            found = self.frontend.sentences(text, words=params.timestamps)
-            return [_Unit(s, params, pause=0 if i == len(found) - 1 else pause)
-                    for i, s in enumerate(found)]  # fmt: skip
-        units: list[_Unit] = []
-        lead = 0
-        trailing: list[tuple[str, int]] = []
-        natural = 0  # the sentence pause a run that ended a sentence leaves before the next
-        carried: list[tuple[str, int]] = []  # marks of runs with nothing to say
-        for item in script:
-            if isinstance(item, ScriptBreak):
-                if item.seconds is None:  # an s or p boundary: at least a sentence's pause
-                    natural = pause
-                elif units:
-                    added = round(item.seconds * self.sample_rate)
-                    units[-1] = replace(units[-1], pause=units[-1].pause + added)
-                else:
-                    lead += round(item.seconds * self.sample_rate)
-                continue
-            if isinstance(item, ScriptMark):
-                trailing.append((item.name, item.at))
-                continue
-            speed = min(SPEED_MAX, max(SPEED_MIN, params.speed * item.rate))
-            run_params = params if speed == params.speed else params.model_copy(
-                update={"speed": speed})  # fmt: skip
-            voice = None if item.voice is None else voices.get(item.voice)
-            if item.voice is not None and voice is None:
-                raise VoiceUnavailable(f"voice {item.voice!r} is not loaded for this stream",
-                                       field="voice")  # fmt: skip
-            found = (voice or self).frontend.run_sentences(item, words=params.timestamps)
-            if not found:  # nothing to say in it ("." after a mark): its marks go on
-                carried.extend(item.marks)
-                continue
-            if units and natural:
-                units[-1] = replace(units[-1], pause=units[-1].pause + natural)
-            marks, carried = (*carried, *item.marks), []
-            for k, sentence in enumerate(found):
-                units.append(_Unit(sentence, run_params, gain=item.gain,
-                                   pause=0 if k == len(found) - 1 else pause,
-                                   marks=_owned(marks, found, k), synth=voice))  # fmt: skip
-            natural = pause if ends_sentence(found[-1].text) else 0
-        if not units:
-            raise NothingToSay("the SSML has nothing to speak", field="text")
-        units[0] = replace(units[0], lead=np.zeros(lead, np.int16))
-        trailing = carried + trailing  # after the last word: at the end of the audio
-        if trailing:
-            units[-1] = replace(units[-1], marks=units[-1].marks + tuple(
-                (name, at, True) for name, at in trailing))  # fmt: skip
-        return units
-
-    def word_times(
-        self, sentence: Sentence, durations: IntArray, offset: int
-    ) -> list[tuple[int, WordTime]]:
-        """The sentence's words with their first frame, timed from the frames each phoneme id
-        lasts (``durations``) in a sentence whose audio starts at sample ``offset``.
-
-        A word starts where its first phoneme's id begins and ends where the pad after its last
-        phoneme ends: the frames the audio was made from, so speed is in them already, and
-        times are seconds at the voice's rate whatever rate the stream is resampled to.
-        """
-        bounds = np.concatenate([[0], np.cumsum(durations)])
-        frame_s, base = self.hop / self.sample_rate, offset / self.sample_rate
-        out = []
-        for word in sentence.words:
-            first, end = int(bounds[word.ids[0]]), int(bounds[word.ids[1]])
-            out.append((first, WordTime(word.text, base + first * frame_s, base + end * frame_s,
-                                        word.span)))  # fmt: skip
-        return out
 
     def stream(
         self,
