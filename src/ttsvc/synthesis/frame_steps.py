@@ -76,6 +76,17 @@ def padded(x: FloatArray, start: int, end: int) -> FloatArray:
 
 
 
+def _flow_chunk(synth: Framed, end: int, budget: Budget | None, context: int) -> int:
+    """Frames the flow may run ahead for a window ending at ``end``: ``flow_ahead``'s, no more
+    than the step ``budget`` allows at the flow's measured cost (``context``: frames each call
+    recomputes beside its own, which the budget pays for too)."""
+    chunk = flow_ahead(end)
+    allowed = budget() if budget is not None and synth.flow_cost_s > 0 else None
+    if allowed is not None:
+        chunk = min(chunk, int(allowed / synth.flow_cost_s) - context)
+    return chunk
+
+
 def window_steps(
     synth: Framed,
     latents: FloatArray,
@@ -108,10 +119,7 @@ def window_steps(
     for start, end in synth.plan(total, schedule, budget):
         need = min(total, end + vctx.right)
         if flow is not None and fctx is not None and done < need:
-            chunk = flow_ahead(end)
-            allowed = budget() if budget is not None and synth.flow_cost_s > 0 else None
-            if allowed is not None:
-                chunk = min(chunk, int(allowed / synth.flow_cost_s) - fctx.left - fctx.right)
+            chunk = _flow_chunk(synth, end, budget, fctx.left + fctx.right)
             target = need if done == 0 else min(total, max(need, done + chunk))
             lo, hi = max(0, done - fctx.left), min(total, target + fctx.right)
             out = yield FrameCall("flow", latents[:, :, lo:hi], speaker=speaker,
@@ -159,10 +167,7 @@ def stateful_steps(
         need = min(total, end + vflush)
         if flow is not None and done < need:
             assert isinstance(flow, StreamingEngine)
-            chunk = flow_ahead(end)
-            allowed = budget() if budget is not None and synth.flow_cost_s > 0 else None
-            if allowed is not None:
-                chunk = min(chunk, int(allowed / synth.flow_cost_s))
+            chunk = _flow_chunk(synth, end, budget, 0)
             target = need if done == 0 else min(total, max(need, done + chunk))
             fed = min(total + flow.lag, target + flow.lag)  # flow input frames wanted
             piece = padded(latents, fcarry.position, fed)
