@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from tests.engine_files import int8_vocoder, without_durations
@@ -117,3 +118,20 @@ def test_the_shared_arena_shrinks_by_a_run_of_its_own(default_version: EngineVer
     assert CPU_ARENA.shrink()
     again = synth.synthesize("Before the shrink.", SynthesisParams(noise_scale=0.0, noise_w=0.0))
     assert np.array_equal(audio, again)  # the sessions run on from a shrunk arena
+
+
+def test_a_prepared_arena_shrinks_without_building_anything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker prepares the shrink at start: its first idle shrink then runs the prepared
+    session only. Built there instead, it imported ``onnx`` on the worker's main thread, which
+    took over 10 s on a busy machine: no heartbeats, and the gateway killed the worker."""
+    arena = CPU_ARENA  # the process's one arena: registering another would register twice
+    arena.register()
+    arena.prepare()
+
+    def no_session(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the idle shrink built a session")
+
+    monkeypatch.setattr(ort, "InferenceSession", no_session)
+    assert arena.shrink()

@@ -87,13 +87,14 @@ class _CpuArena:
         ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
         self.registered = True
 
-    def shrink(self) -> bool:
-        """Release the arena's free regions to the OS; False if no session ever used it.
-        Call while idle: the next runs grow it again, a page fault at a time."""
-        if not self.registered:
-            return False
+    def prepare(self) -> None:
+        """Build the one-node session ``shrink`` runs. A worker calls it at start, before it
+        says it is ready: built at the first idle shrink instead, its import of ``onnx`` held
+        the worker's main thread for over 10 s on a 2-core machine whose cores another server
+        kept busy, its heartbeats stopped, and the gateway killed it as hung (seed benchmark,
+        closed loop of 32 beside Piper's server)."""
         if self._shrinker is None:
-            from onnx import TensorProto, helper  # noqa: PLC0415 - once, and only where idle
+            from onnx import TensorProto, helper  # noqa: PLC0415 - once, at a worker's start
 
             node = helper.make_node("Identity", ["x"], ["y"])
             value = helper.make_tensor_value_info
@@ -106,6 +107,14 @@ class _CpuArena:
             session = ort.InferenceSession(model.SerializeToString(), session_options(1),
                                            providers=["CPUExecutionProvider"])  # fmt: skip
             self._shrinker = (session, run_options)
+
+    def shrink(self) -> bool:
+        """Release the arena's free regions to the OS; False if no session ever used it.
+        Call while idle: the next runs grow it again, a page fault at a time."""
+        if not self.registered:
+            return False
+        self.prepare()  # at once where the worker prepared it at start
+        assert self._shrinker is not None
         session, run_options = self._shrinker
         session.run(None, {"x": np.zeros(1, np.float32)}, run_options)
         return True

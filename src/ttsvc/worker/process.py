@@ -115,6 +115,7 @@ def _serve(worker_id: int, config: WorkerConfig, conn: Connection) -> None:
         conn.send(StartFailed(worker_id, spec.voice, spec.label, exc.public(), exc.message))
         return
     grown = resident_bytes() - before
+    CPU_ARENA.prepare()  # now, not on the main thread's first idle turn (heartbeats wait)
     scheduler = _scheduler(synth, config.plan)
     pipe_lock = threading.Lock()
 
