@@ -194,12 +194,14 @@ def test_default_split_follows_the_cpus_this_process_may_use(no_ttsvc_env: objec
     assert (settings.workers, settings.compute_threads) == default_split(budget.cpus)
     assert settings.realtime_load == 0.75
     assert settings.step_floor_ms == 50.0
+    assert settings.whole_sentences
 
 
 def test_split_flags_reach_the_settings(no_ttsvc_env: object) -> None:
     assert split("--cpus", "8") == (2, 4)
     assert split_settings("--cpus", "8", "--realtime-load", "0.5").realtime_load == 0.5
     assert split_settings("--step-floor-ms", "40").step_floor_ms == 40.0
+    assert not split_settings("--no-whole-sentences").whole_sentences
     assert split_settings("--window-growth", "3").schedule().growth == 3.0
     assert split("--cpus", "8", "--compute-threads", "2") == (4, 2)
     assert split("--cpus", "8", "--workers", "3", "--compute-threads", "1") == (3, 1)

@@ -78,6 +78,12 @@ class Settings(BaseSettings):
     """The shortest bound the deadline scheduler puts on a step (a flow chunk or vocoder window)
     while other streams wait for a thread: larger steps overlap less, so a saturated worker
     computes more audio per second, and a stream that needs a thread waits up to this long."""
+    whole_sentences: bool = True
+    """Run a sentence whole, on the plain graphs a stateful engine version carries, where its
+    listener can wait for it: a first sentence while other streams wait for admission, a later
+    one while the sentence before still plays. About three quarters of the engine time of
+    streamed windows, so a saturated worker computes more audio per second; off (``false``),
+    every sentence streams in windows and a queued stream's first audio comes sooner."""
     first_window_frames: int = Field(16, ge=1, le=256)
     """Frames in a sentence's first vocoder window: smaller starts audio sooner."""
     alone_first_window_frames: int = Field(4, ge=0, le=256)

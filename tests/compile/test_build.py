@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ttsvc.backends.base import StreamingEngine
 from ttsvc.backends.loader import load_engine_set
 from ttsvc.compile.build import compile_voice, default_checkpoint
 from ttsvc.compile.inputs import CompileOptions
@@ -27,15 +28,18 @@ from ttsvc.windows import WindowSchedule
 
 def test_published_layout_and_manifest(default_version: EngineVersion) -> None:
     files = sorted(p.name for p in default_version.path.iterdir())
-    assert files == ["acoustic.onnx", "flow.onnx", "manifest.json", "vocoder.onnx", "voice.json"]
+    # the stateful frame engines, and the plain graphs beside them for whole sentences
+    assert files == ["acoustic.onnx", "flow.onnx", "flow_plain.onnx", "manifest.json",
+                     "vocoder.onnx", "vocoder_plain.onnx", "voice.json"]  # fmt: skip
     manifest = load_manifest(default_version.path)
     assert manifest.version == default_version.version == 1
     assert manifest.backend == "ort"
     assert manifest.sample_rate == 22050 and manifest.hop_length == 256
     assert manifest.latent_channels == 192
-    assert manifest.precision == {"acoustic": "fp32", "flow": "fp32", "vocoder": "fp32"}
+    engines = {"acoustic", "flow", "vocoder", "flow_plain", "vocoder_plain"}
+    assert manifest.precision == dict.fromkeys(engines, "fp32")
     # each ONNX Runtime engine in the convolution layout its timing favoured (compile/layout.py)
-    assert set(manifest.layout) == {"acoustic", "flow", "vocoder"}
+    assert set(manifest.layout) == engines
     assert set(manifest.layout.values()) <= {"conv1d", "conv2d"}
     assert set(manifest.quality) >= {f"{e}_conv2d_speedup" for e in manifest.layout}
     for name, entry in manifest.files.items():
@@ -63,6 +67,18 @@ def test_context_engines_manifest(context_version: EngineVersion) -> None:
         assert 0 < context.left <= 64 and 0 < context.right <= 64
     # the decoder's receptive field is the narrower one: that is why it has its own engine
     assert manifest.contexts["vocoder"].right < manifest.contexts["flow"].right
+    # plain graphs already: nothing beside them, and they run whole sentences themselves
+    assert not any("plain" in name for name in manifest.files)
+    engines = load_engine_set(context_version.path)
+    assert engines.plain is None and engines.one_shot is not None
+    assert engines.one_shot.vocoder is engines.vocoder
+
+
+def test_a_stateful_version_loads_its_plain_graphs(default_version: EngineVersion) -> None:
+    engines = load_engine_set(default_version.path)
+    assert engines.plain is not None and engines.one_shot is engines.plain
+    assert not isinstance(engines.plain.vocoder, StreamingEngine)
+    assert engines.plain.flow is not None and not isinstance(engines.plain.flow, StreamingEngine)
 
 
 def test_stateful_engines_that_do_not_stream_exactly_fall_back_to_context_engines(
@@ -97,7 +113,7 @@ def test_fp16_on_cpu_is_refused(tmp_path: Path) -> None:
 def test_int8_kept_only_where_quality_holds(tmp_path: Path) -> None:
     published = compile_voice(_options(tmp_path, quantize="int8", min_snr_db=30.0))
     manifest = load_manifest(published.path)
-    for engine in ("acoustic", "flow", "vocoder"):
+    for engine in ("acoustic", "flow", "vocoder", "flow_plain", "vocoder_plain"):
         snr = manifest.quality[f"{engine}_int8_snr_db"]
         assert manifest.precision[engine] == ("int8" if snr >= 30.0 else "fp32")
     load_engine_set(published.path)

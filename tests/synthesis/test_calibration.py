@@ -4,6 +4,8 @@ audio per phoneme id is the canary's own."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ttsvc.synthesis import CANARY_TEXT, SynthesisParams, Synthesizer
 from ttsvc.synthesis.calibration import measure_seconds_per_id
 
@@ -23,6 +25,23 @@ def test_context_engines_get_per_frame_costs_and_no_call_costs(
     fresh = Synthesizer(context_synth.engines)
     assert fresh.calibrate() == fresh.flow_cost_s + fresh.vocoder_cost_s > 0
     assert fresh.flow_call_s == fresh.vocoder_call_s == 0.0  # a window's cost includes its call
+
+
+def test_the_plain_graphs_get_whole_sentence_costs(
+    synth: Synthesizer, context_synth: Synthesizer
+) -> None:
+    """A stateful version's plain graphs and a context version's own engines are priced per
+    frame and per call by stage: what the scheduler compares a whole sentence's cost with."""
+    for engines in (synth.engines, context_synth.engines):
+        fresh = Synthesizer(engines)
+        assert fresh.whole_costs == {} and fresh.whole_cost(200) == 0.0
+        fresh.calibrate()
+        assert set(fresh.whole_costs) == {"flow", "vocoder"}
+        assert all(per_frame > 0 and call >= 0 for per_frame, call in fresh.whole_costs.values())
+        assert fresh.whole_cost(400) > fresh.whole_cost(200) > 0
+    old = Synthesizer(dataclasses.replace(synth.engines, plain=None))
+    old.calibrate()
+    assert old.whole_costs == {}  # no plain graphs: no whole sentences to price
 
 
 def test_seconds_per_id_is_the_canarys_audio_over_its_ids(synth: Synthesizer) -> None:

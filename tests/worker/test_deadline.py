@@ -42,6 +42,7 @@ def synth(engine_set: EngineSet) -> Synthesizer:
     # measures alone, so the tests do not depend on how busy the machine is when they start
     s.acoustic_cost_s, s.flow_cost_s, s.vocoder_cost_s = 0.00024, 0.00015, 0.00063
     s.frame_cost_s = s.flow_cost_s + s.vocoder_cost_s
+    s.whole_costs = {"flow": (0.0001, 0.001), "vocoder": (0.00045, 0.0)}  # the plain graphs
     return s
 
 
@@ -132,6 +133,68 @@ def test_a_pending_flow_call_is_priced_with_the_window_it_feeds(synth: Synthesiz
     assert wide == pytest.approx(small + extra)
     a.pending = FrameCall("flow", inputs)  # not said: a first window, as before
     assert sched.cost_to_chunk(a) == pytest.approx(small)
+
+
+def test_a_whole_sentence_is_priced_on_the_plain_graphs(synth: Synthesizer) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock)
+    sched.add(job("a"))
+    a = playing(sched, "a", buffered_s=1.0)
+    latents = np.zeros((1, 192, 200), np.float32)
+    a.pending = FrameCall("flow", latents, window=200, plain=True)
+    assert sched.step_cost(a) == pytest.approx(0.001 + 200 * 0.0001)
+    # its chunk comes after the plain vocoder call on the same frames
+    assert sched.cost_to_chunk(a) == pytest.approx(synth.whole_cost(200))
+    assert synth.whole_cost(200) == pytest.approx(0.001 + 200 * (0.0001 + 0.00045))
+    a.pending = FrameCall("vocoder", latents, plain=True)
+    assert sched.step_cost(a) == sched.cost_to_chunk(a) == pytest.approx(200 * 0.00045)
+    a.pending = FrameCall("vocoder", latents)  # the same frames through the stateful vocoder
+    assert sched.step_cost(a) == pytest.approx(synth.vocoder_call_s + 200 * 0.00063)
+
+
+def test_a_first_sentence_runs_whole_only_while_others_wait_for_admission(
+    synth: Synthesizer,
+) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock, threads=1, per_thread=2.0, load_limit=1.0)
+    sched.add(job("a"))
+    a = sched.streams["a"]
+    alone = sched.step_cost(a)
+    assert alone == pytest.approx(sched.first_chunk_s)
+    assert not sched.whole(a, 0.1)  # nothing waits: it streams, its first audio soon
+    sched.add(job("b"))
+    sched.add(job("c"))
+    assert sched.waiting() == 1
+    assert sched.whole(a, 0.1)
+    # its first step is priced as its whole first sentence: the text's estimated audio
+    frames = round(len(TEXT) * sched.audio_per_char * synth.sample_rate / synth.hop)
+    assert sched.step_cost(a) == pytest.approx(alone + synth.whole_cost(frames))
+    sched.whole_sentences = False  # --no-whole-sentences
+    assert not sched.whole(a, 0.1)
+    assert sched.step_cost(a) == pytest.approx(alone)
+
+
+def test_a_later_sentence_runs_whole_while_its_buffer_and_the_budget_allow(
+    synth: Synthesizer,
+) -> None:
+    clock = FakeClock()
+    sched = scheduler(synth, clock, threads=2, per_thread=10.0)
+    sched.add(job("a"))
+    a = playing(sched, "a", buffered_s=2.0)
+    assert sched.budget(a) is None  # a free thread for everyone else
+    assert sched.whole(a, 0.15)
+    playing(sched, "a", buffered_s=0.3)  # the sentence before ends in 300 ms
+    assert not sched.whole(a, 0.15)  # whole, it would come too close to running dry
+    assert sched.whole(a, 0.05)
+    playing(sched, "a", buffered_s=2.0)
+    sched.add(job("b"))
+    b = playing(sched, "b", buffered_s=5.0)
+    b.running, b.busy_until = True, clock.now + 0.5  # the other thread is away
+    assert sched.budget(a) == pytest.approx(sched.first_audio_s - sched.first_chunk_s)
+    assert not sched.whole(a, 0.15)  # longer than the newcomer's first chunk can wait
+    assert sched.whole(a, 0.04)
+    sched.whole_sentences = False
+    assert not sched.whole(a, 0.04)
 
 
 def test_fresh_streams_finish_first_chunks_in_arrival_order(synth: Synthesizer) -> None:
@@ -412,6 +475,27 @@ def test_threaded_streams_are_exact_and_end_once(synth: Synthesizer) -> None:
         assert np.max(np.abs(got - whole)) <= 33  # windows match one-shot to float rounding
     assert not sched.streams
     assert sched.capacity.value > 0
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_stream_started_while_others_wait_says_its_sentences_whole(
+    synth: Synthesizer, whole: bool
+) -> None:
+    """One thread whose capacity admits one stream: the first starts while the others wait
+    for admission, so its sentences run whole (one chunk each, the streamed audio); with
+    ``--no-whole-sentences`` it streams in windows. Every stream is exact either way."""
+    jobs = [job(f"s{i}", TEXT) for i in range(3)]
+    sched = DeadlineScheduler(synth, threads=1, per_thread=1.0, whole_sentences=whole)
+    out = run_all(sched, jobs, queued=True)
+    chunks = [m for m in out["s0"] if isinstance(m, AudioChunkMsg)]
+    assert (len(chunks) == 2) is whole  # TEXT is two sentences
+    params = SynthesisParams(noise_scale=0.0, noise_w=0.0)
+    reference = synth.synthesize(TEXT, params).astype(np.int32)
+    for j in jobs:
+        assert isinstance(out[j.uid][-1], StreamDone)
+        pcm = b"".join(m.pcm for m in out[j.uid] if isinstance(m, AudioChunkMsg))
+        got = np.frombuffer(pcm, dtype="<i2").astype(np.int32)
+        assert len(got) == len(reference) and np.max(np.abs(got - reference)) <= 33
 
 
 def test_a_stream_alone_on_its_worker_starts_with_the_smaller_first_window(

@@ -27,6 +27,7 @@ from ttsvc.backends.base import (
     EngineSource,
     FloatArray,
     IntArray,
+    PlainFrames,
     SentenceRun,
     StreamCarry,
 )
@@ -37,6 +38,10 @@ from ttsvc.voice import VOICE_FILE, VoiceConfig
 ACOUSTIC_FILE = "acoustic.onnx"
 FLOW_FILE = "flow.onnx"
 VOCODER_FILE = "vocoder.onnx"
+PLAIN_FLOW_FILE = "flow_plain.onnx"
+"""The flow as a plain graph, beside a stateful ``flow.onnx`` (``EngineSet.plain``)."""
+PLAIN_VOCODER_FILE = "vocoder_plain.onnx"
+"""The vocoder as a plain graph, beside a stateful ``vocoder.onnx``."""
 
 
 def session_options(threads: int, optimize: bool = False) -> ort.SessionOptions:
@@ -385,13 +390,19 @@ def assemble(source: EngineSource, threads: int) -> EngineSet:
             handle.seek(0)
             return session, graph_precision(handle)
 
-    names = [n for n in (ACOUSTIC_FILE, VOCODER_FILE, FLOW_FILE) if n in manifest.files]
+    names = [n for n in (ACOUSTIC_FILE, VOCODER_FILE, FLOW_FILE, PLAIN_VOCODER_FILE,
+                         PLAIN_FLOW_FILE) if n in manifest.files]  # fmt: skip
     # hashing and session creation release the GIL: the engines load side by side
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="engine-load") as pool:
         loaded = dict(zip(names, pool.map(load, names), strict=True))
     sessions = {name: session for name, (session, _) in loaded.items()}
     measured = {Path(n).stem: p for n, (_, p) in loaded.items() if p is not None}
-    flow = sessions.get(FLOW_FILE)
+    flow, plain_flow = sessions.get(FLOW_FILE), sessions.get(PLAIN_FLOW_FILE)
+    plain_vocoder = sessions.get(PLAIN_VOCODER_FILE)
+    plain = None
+    if plain_vocoder is not None and (plain_flow is None) == (flow is None):
+        plain = PlainFrames(OrtFlow(plain_flow) if plain_flow is not None else None,
+                            OrtVocoder(plain_vocoder))  # fmt: skip
     return EngineSet(
         acoustic=OrtAcoustic(sessions[ACOUSTIC_FILE]),
         flow=flow_engine(flow) if flow is not None else None,
@@ -401,4 +412,5 @@ def assemble(source: EngineSource, threads: int) -> EngineSet:
         path=directory,
         label=source.label,
         measured_precision=measured,
+        plain=plain,
     )

@@ -33,6 +33,7 @@ _FLAG_FIELDS = {"engines_dir": "engines_dir", "voice": "voice", "threads": "thre
                 "compute_threads": "compute_threads", "cpus": "cpus",
                 "realtime_load": "realtime_load", "overload": "overload",
                 "step_floor_ms": "step_floor_ms", "window_growth": "window_growth",
+                "whole_sentences": "whole_sentences",
                 "metrics_port": "metrics_port", "wyoming_port": "wyoming_port",
                 "max_streams_per_worker": "max_streams_per_worker",
                 "queue_timeout_s": "queue_timeout_s", "drain_grace_s": "drain_grace_s",

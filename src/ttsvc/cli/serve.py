@@ -68,6 +68,11 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--step-floor-ms", type=float, default=None,
                    help="shortest bound the deadline scheduler puts on a step: larger overlaps "
                    "less (throughput), a stream needing a thread waits longer (default 50)")
+    p.add_argument("--whole-sentences", action=argparse.BooleanOptionalAction, default=None,
+                   help="run a sentence whole on the plain graphs where its listener can wait "
+                   "(a first sentence while other streams wait for admission, a later one "
+                   "while the one before plays): more audio per core; --no-whole-sentences "
+                   "streams every sentence in windows (default on)")
     p.add_argument("--engines-dir", type=Path, default=None, help="engine repository root")
     p.add_argument("--voice", default=None, help="voice for requests that name none")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads per engine run")

@@ -21,7 +21,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ttsvc.backends.onnxruntime import ACOUSTIC_FILE, FLOW_FILE, VOCODER_FILE
+from ttsvc.backends.onnxruntime import (
+    ACOUSTIC_FILE,
+    FLOW_FILE,
+    PLAIN_FLOW_FILE,
+    PLAIN_VOCODER_FILE,
+    VOCODER_FILE,
+)
 from ttsvc.compile.inputs import (
     CompileOptions,
     check_speaker_map,
@@ -135,6 +141,10 @@ def _compile_voice(opts: CompileOptions) -> EngineVersion:
         graphs[FLOW_FILE] = engines.flow
     streaming = _stateful(engines) if stateful else {}
     graphs |= {name: graph.model for name, graph in streaming.items()}
+    if stateful:  # the plain graphs beside them, for whole sentences (``EngineSet.plain``)
+        graphs[PLAIN_VOCODER_FILE] = engines.vocoder
+        if engines.flow is not None:
+            graphs[PLAIN_FLOW_FILE] = engines.flow
 
     repo = EngineRepository(opts.output_dir)
     version = repo.next_version(opts.voice)
@@ -173,6 +183,9 @@ def _compile_voice(opts: CompileOptions) -> EngineVersion:
             if error > STREAM_TOLERANCE:
                 raise _NotExact(f"streamed output differs from one-shot by {error:.2g} "
                                 f"(over {STREAM_TOLERANCE:g})")  # fmt: skip
+            plain = checked_reference(opts, Chain(staging, plain=True), model, voice)
+            opts.log(f"plain graphs vs the original: max abs difference "
+                     f"{plain.max_abs_error:.2g}")  # fmt: skip
             for filename, stream in streaming.items():
                 contexts[Path(filename).stem] = FrameContext(
                     left=0, right=stream.flush_frames, max_abs_error=error

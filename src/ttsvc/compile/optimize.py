@@ -9,6 +9,7 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 
+from ttsvc.backends.onnxruntime import PLAIN_FLOW_FILE, PLAIN_VOCODER_FILE
 from ttsvc.compile.layout import (
     CONV1D,
     CONV2D,
@@ -18,6 +19,8 @@ from ttsvc.compile.layout import (
     timing_feeds,
 )
 from ttsvc.compile.reference import Chain, Reference, snr_db
+
+PLAIN_FILES = frozenset({PLAIN_FLOW_FILE, PLAIN_VOCODER_FILE})
 
 
 def optimize(model: onnx.ModelProto, dst: Path) -> None:
@@ -76,7 +79,7 @@ def try_int8(staging: Path, filename: str, reference: Reference, min_snr_db: flo
     path = staging / filename
     candidate = path.with_suffix(".int8.onnx")
     _quantize_int8(path, candidate)
-    chain = Chain(staging, {filename: candidate})
+    chain = Chain(staging, {filename: candidate}, plain=filename in PLAIN_FILES)
     worst = float("inf")
     for ids, speaker, expected in zip(reference.ids, reference.speakers, reference.audio,
                                       strict=True):  # fmt: skip

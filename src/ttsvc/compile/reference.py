@@ -26,6 +26,8 @@ from ttsvc.backends.base import (
 from ttsvc.backends.onnxruntime import (
     ACOUSTIC_FILE,
     FLOW_FILE,
+    PLAIN_FLOW_FILE,
+    PLAIN_VOCODER_FILE,
     VOCODER_FILE,
     OrtAcoustic,
     create_session,
@@ -194,9 +196,15 @@ def stream_error(chain: Chain, reference: Reference) -> float:
 class Chain:
     """The staged engines run one after another, through the runtime's own engine classes."""
 
-    def __init__(self, staging: Path, replace: dict[str, Path] | None = None) -> None:
-        paths = {name: staging / name for name in (ACOUSTIC_FILE, FLOW_FILE, VOCODER_FILE)}
-        paths |= replace or {}
+    def __init__(self, staging: Path, replace: dict[str, Path] | None = None,
+                 plain: bool = False) -> None:  # fmt: skip
+        """``replace``: a file name's stand-in (an int8 candidate); ``plain``: the plain frame
+        graphs a stateful version carries beside its stateful ones, in their place."""
+        names = {ACOUSTIC_FILE: ACOUSTIC_FILE,
+                 FLOW_FILE: PLAIN_FLOW_FILE if plain else FLOW_FILE,
+                 VOCODER_FILE: PLAIN_VOCODER_FILE if plain else VOCODER_FILE}  # fmt: skip
+        stand_in = replace or {}
+        paths = {role: stand_in.get(name, staging / name) for role, name in names.items()}
         self.acoustic = OrtAcoustic(create_session(paths[ACOUSTIC_FILE], 1, optimize=True))
         self._vocoder = vocoder_engine(create_session(paths[VOCODER_FILE], 1, optimize=True))
         self._flow = (

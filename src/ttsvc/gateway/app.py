@@ -81,7 +81,8 @@ def create_app(settings: Settings, voice: str) -> FastAPI:
                               settings.worker_start_timeout_s,
                               settings.worker_silence_timeout_s,
                               ComputePlan(settings.compute_threads, settings.realtime_load,
-                                          settings.step_floor_ms / 1000.0),
+                                          settings.step_floor_ms / 1000.0,
+                                          settings.whole_sentences),
                               log_format=settings.log_format, voices={engine.voice: engine},
                               voice_budget=int(settings.voice_memory_mb * 2**20),
                               memory_bytes=int(settings.worker_memory_mb * 2**20))  # fmt: skip

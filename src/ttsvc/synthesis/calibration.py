@@ -10,6 +10,8 @@ run once when a worker starts (and again for a voice it loads).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Protocol
 
 import numpy as np
@@ -37,6 +39,7 @@ class Measured(Protocol):
     acoustic_cost_s: float
     flow_call_s: float
     vocoder_call_s: float
+    whole_costs: dict[str, tuple[float, float]]
 
     @property
     def sample_rate(self) -> int: ...
@@ -64,6 +67,7 @@ def calibrate(synth: Measured, frames: int = 64) -> float:
     synth.flow_cost_s = costs[0] if synth.engines.flow is not None else 0.0
     synth.vocoder_cost_s = costs[1]
     synth.frame_cost_s = sum(costs)
+    _calibrate_whole(synth, channels)
     return synth.frame_cost_s
 
 
@@ -83,32 +87,55 @@ def _calibrate_windows(synth: Measured, channels: int, frames: int) -> list[floa
 def _calibrate_calls(synth: Measured, channels: int, frames: int,
                      small: int = 4) -> list[float]:  # fmt: skip
     """Stateful engines: seconds per frame, and per call beside (``flow_call_s``,
-    ``vocoder_call_s``), from calls of ``small`` and ``frames`` frames mid-sentence (the best of
-    three each: a neighbour's load only ever adds)."""
+    ``vocoder_call_s``), from calls of ``small`` and ``frames`` frames mid-sentence."""
     costs = []
     for stage in (synth.engines.flow, synth.engines.vocoder):
         if stage is None:
             costs.append(0.0)
             continue
         assert isinstance(stage, StreamingEngine)
-        timings = []
-        for width in (small, frames):
-            window = np.zeros((1, channels, width), dtype=np.float32)
-            best = float("inf")
-            for _ in range(4):  # the first warms the engine up
-                carry = StreamCarry(total=1 << 30, position=1 << 20)
-                started = time.perf_counter()
-                stage.step(window, carry)
-                best = min(best, time.perf_counter() - started)
-            timings.append(best)
-        per_frame = max(timings[1] - timings[0], 1e-9) / (frames - small)
-        call = max(0.0, timings[0] - small * per_frame)
+        per_frame, call = _per_frame(partial(_mid_sentence, stage), channels, small, frames)
         if stage is synth.engines.flow:
             synth.flow_call_s = call
         else:
             synth.vocoder_call_s = call
         costs.append(per_frame)
     return costs
+
+
+def _mid_sentence(engine: StreamingEngine, window: FloatArray) -> FloatArray:
+    """A stateful call on ``window`` far inside a long sentence (no mask, no flush)."""
+    return engine.step(window, StreamCarry(total=1 << 30, position=1 << 20))
+
+
+def _calibrate_whole(synth: Measured, channels: int, small: int = 32,
+                     large: int = 160) -> None:  # fmt: skip
+    """The plain graphs' cost per frame and per call, by stage (``whole_costs``), from
+    sentences of ``small`` and ``large`` frames (a short sentence is about 200)."""
+    plain = synth.engines.one_shot
+    if plain is None:
+        return
+    costs = {"vocoder": _per_frame(plain.vocoder.waveform, channels, small, large)}
+    if plain.flow is not None:
+        costs["flow"] = _per_frame(plain.flow.frames, channels, small, large)
+    synth.whole_costs = costs
+
+
+def _per_frame(run: Callable[[FloatArray], object], channels: int, small: int,
+               large: int) -> tuple[float, float]:  # fmt: skip
+    """``run``'s seconds per frame and per call beside, from calls of ``small`` and ``large``
+    silent frames (the best of three each after a warm-up: a neighbour's load only adds)."""
+    timings = []
+    for width in (small, large):
+        window = np.zeros((1, channels, width), dtype=np.float32)
+        best = float("inf")
+        for _ in range(4):  # the first warms the engine up
+            started = time.perf_counter()
+            run(window)
+            best = min(best, time.perf_counter() - started)
+        timings.append(best)
+    per_frame = max(timings[1] - timings[0], 1e-9) / (large - small)
+    return per_frame, max(0.0, timings[0] - small * per_frame)
 
 
 def measure_seconds_per_id(synth: Measured) -> float:

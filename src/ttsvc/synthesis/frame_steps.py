@@ -5,7 +5,8 @@ windows into chunks; how a sentence's latents become windows is a separate quest
 answers, one per kind of frame engine. Stateful engines (``compile/stateful.py``, the default)
 carry each layer's state from one call to the next, so a window computes only its own frames
 (``stateful_steps``); windowed (context) engines recompute a context on each side
-(``window_steps``).
+(``window_steps``). A sentence that need not stream (its listener can wait for all of it) runs
+whole on the plain graphs instead, one call per engine (``whole_steps``).
 
 Why windows reproduce the one-shot audio exactly: flow and HiFi-GAN are pure convolution, so a
 window's output depends only on a bounded neighbourhood of frames. Each context engine runs with
@@ -190,3 +191,28 @@ def stateful_steps(
         assert produced >= end * hop
         yield finish(start, end, audio[start * hop : end * hop])
 
+
+
+def whole_steps(
+    synth: Framed,
+    latents: FloatArray,
+    finish: Callable[[int, int, FloatArray], T],
+    speaker: int = 0,
+) -> Steps[T]:
+    """The sentence as one window: the flow and the vocoder once each on the engine set's plain
+    graphs (``EngineSet.one_shot``), its audio one ``finish(0, total, audio)``.
+
+    Why: on the default (stateful) engines a whole sentence costs what its windows do, since a
+    stateful graph pays for its state on every frame; the plain graphs compute it from zero
+    padding alone, about three quarters of that (``docs/decisions.md``). It is the one-shot
+    output, which streamed output equals. Only for a sentence whose listener can wait for its
+    end: its first audio comes with its last."""
+    total = latents.shape[2]
+    frames = latents
+    if synth.engines.flow is not None:
+        out = yield FrameCall("flow", latents, speaker=speaker, window=total, plain=True)
+        assert isinstance(out, np.ndarray)
+        frames = out
+    audio = yield FrameCall("vocoder", frames, speaker=speaker, plain=True)
+    assert isinstance(audio, np.ndarray)
+    yield finish(0, total, audio.reshape(-1)[: total * synth.hop])

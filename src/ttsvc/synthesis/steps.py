@@ -50,6 +50,9 @@ class FrameCall:
     window: int = 0
     """For a flow call: the frames of the vocoder window it feeds, which comes next (0: not
     said). The scheduler prices the stream's next chunk with it (``worker.costs``)."""
+    plain: bool = False
+    """Run it on the engine set's plain graphs (``EngineSet.one_shot``): a whole sentence in
+    one call, with no state (``frame_steps.whole_steps``)."""
 
 
 T = TypeVar("T")

@@ -9,7 +9,7 @@ to say in which order (``units``), how a sentence's frames are cut into engine c
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
@@ -20,7 +20,7 @@ from ttsvc.backends.base import EngineSet, FloatArray, SentenceRun, StreamingEng
 from ttsvc.errors import AudioTooLong, InvalidParameter, TimestampsUnavailable
 from ttsvc.protocol import Script, WordTime
 from ttsvc.synthesis.calibration import calibrate, measure_seconds_per_id
-from ttsvc.synthesis.frame_steps import FLOW_CHUNK, lag_context, window_steps
+from ttsvc.synthesis.frame_steps import FLOW_CHUNK, lag_context, whole_steps, window_steps
 from ttsvc.synthesis.params import SynthesisParams
 from ttsvc.synthesis.steps import Answer, AudioChunk, FrameCall, Pcm16, Steps, drive, to_pcm16
 from ttsvc.synthesis.units import Unit, later, unit_marks, units, word_times
@@ -88,6 +88,10 @@ class Synthesizer:
         the cost of a 45-frame flow window, so a step estimate ignoring it was far off."""
         self.vocoder_call_s = 0.0
         """The same for the vocoder (0.5 ms there)."""
+        self.whole_costs: dict[str, tuple[float, float]] = {}
+        """By stage (``flow``, ``vocoder``), the plain graphs' seconds per frame and per call
+        beside (``EngineSet.one_shot``): what a whole sentence costs; empty until
+        ``calibrate`` ran, or with no plain graphs."""
         self._seconds_per_id: float | None = None
 
     @property
@@ -149,6 +153,11 @@ class Synthesizer:
             self._seconds_per_id = measure_seconds_per_id(self)
         return self._seconds_per_id
 
+    def whole_cost(self, frames: int) -> float:
+        """Seconds a sentence of ``frames`` frames costs whole on the plain graphs, alone on a
+        core (0 until ``calibrate`` ran, or with no plain graphs)."""
+        return sum(call + frames * per_frame for per_frame, call in self.whole_costs.values())
+
     def plan(
         self,
         frames: int,
@@ -184,6 +193,13 @@ class Synthesizer:
         if call.stage == "acoustic":
             assert call.scales is not None
             return engines.acoustic.run(call.inputs, call.scales, call.speaker)
+        if call.plain:
+            plain = engines.one_shot
+            assert plain is not None
+            if call.stage == "flow":
+                assert plain.flow is not None
+                return plain.flow.frames(call.inputs, call.speaker)
+            return plain.vocoder.waveform(call.inputs, call.speaker)
         engine = engines.flow if call.stage == "flow" else engines.vocoder
         assert engine is not None
         if call.carry is not None:
@@ -204,6 +220,7 @@ class Synthesizer:
         max_audio_s: float | None = None,
         script: Script | None = None,
         voices: Mapping[str, Synthesizer] | None = None,
+        whole: Callable[[float], bool] | None = None,
     ) -> Steps[AudioChunk]:
         """``stream`` as steps: PCM16 chunks, with the frame-engine runs they need yielded as
         ``FrameCall``s for the caller to answer (one by one, or batched across streams).
@@ -214,7 +231,9 @@ class Synthesizer:
         (the backstop for texts the estimate misjudges: their stream is cut). ``script``: say
         it instead of ``text`` (SSML: each run at its own rate and volume, breaks as silence,
         marks timed among the words; a run in another voice on that voice's synthesizer, from
-        ``voices``, its audio resampled to this one's rate)."""
+        ``voices``, its audio resampled to this one's rate). ``whole``: asked, after each
+        sentence's acoustic run, with what the sentence costs whole (``whole_cost``); True runs
+        it as one chunk on the plain graphs (``whole_steps``) instead of windows."""
         params = params or SynthesisParams()
         speaker = self.speaker(params)
         held = voices or {}
@@ -289,8 +308,11 @@ class Synthesizer:
                 offset += len(pcm)
                 return out
 
-            # no look-ahead: each window is sent as soon as it is computed
-            steps = window_steps(voice, latents, schedule, chunk, budget, said_by)
+            if (whole is not None and voice.engines.one_shot is not None
+                    and whole(voice.whole_cost(total))):  # fmt: skip
+                steps = whole_steps(voice, latents, chunk, said_by)
+            else:  # no look-ahead: each window is sent as soon as it is computed
+                steps = window_steps(voice, latents, schedule, chunk, budget, said_by)
             yield from (steps if voice is self else _on(steps, voice.engines))
 
 

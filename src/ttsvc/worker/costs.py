@@ -101,6 +101,10 @@ def chunk_cost(stream: ActiveStream, first_chunk_s: float) -> float:
         return first_chunk_s
     if call.stage == "acoustic":
         return int(call.inputs.shape[1]) * synth.acoustic_cost_s + flow + window
+    if call.plain:  # a whole sentence: from its flow call, the flow and the vocoder
+        if call.stage == "flow":
+            return synth.whole_cost(int(call.inputs.shape[2]))
+        return call_cost(stream, first_chunk_s)
     if call.stage == "flow":  # the window it feeds, as the synthesizer sized it
         frames = call.window or first
         return (call_cost(stream, first_chunk_s) + synth.vocoder_call_s
@@ -116,6 +120,9 @@ def call_cost(stream: ActiveStream, first_chunk_s: float) -> float:
         return first_chunk_s
     if call.stage == "acoustic":
         return int(call.inputs.shape[1]) * synth.acoustic_cost_s
+    if call.plain:  # a whole sentence on the plain graphs
+        per_frame, fixed = synth.whole_costs.get(call.stage, (0.0, 0.0))
+        return fixed + int(call.inputs.shape[2]) * per_frame
     if call.stage == "flow":
         return synth.flow_call_s + int(call.inputs.shape[2]) * synth.flow_cost_s
     return synth.vocoder_call_s + int(call.inputs.shape[2]) * synth.vocoder_cost_s

@@ -277,7 +277,8 @@ class DeadlineScheduler(DeadlinePolicy):
             stream.steps = stream.synth.stream_steps(
                 job.text, stream.params(), schedule,
                 budget=lambda: self.budget(stream), max_audio_s=job.max_audio_s,
-                script=job.script, voices=stream.voices)  # fmt: skip
+                script=job.script, voices=stream.voices,
+                whole=lambda cost: self.whole(stream, cost))  # fmt: skip
             answer = None
         elif answer is None:
             assert stream.pending is not None

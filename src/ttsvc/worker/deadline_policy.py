@@ -78,6 +78,7 @@ class DeadlinePolicy:
         step_floor_s: float = STEP_FLOOR_S,
         guard_s: float = GUARD_S,
         max_batch: int = 1,
+        whole_sentences: bool = True,
     ) -> None:
         self.synth = synth
         """Engines new streams start on (a swap replaces it; running streams keep theirs)."""
@@ -101,6 +102,9 @@ class DeadlinePolicy:
         self.max_batch = max_batch
         """Most streams one step serves with one engine call (``riders``), within each engine
         set's own limit (1 for engines that do not batch: the CPU's; ``worker.batching``)."""
+        self.whole_sentences = whole_sentences
+        """Run a sentence whole on the plain graphs where its listener can wait for it
+        (``whole``); off: every sentence streams in windows."""
         self.streams: dict[str, Live] = {}
         """Every stream, admitted or waiting, in arrival order."""
         self.slowdown = 1.0
@@ -190,8 +194,43 @@ class DeadlinePolicy:
 
     def step_cost(self, stream: ActiveStream) -> float:
         """Estimated seconds of the stream's pending call alone (a stream not started: its
-        front end, acoustic run and first window), as slow as steps run now."""
-        return self.slowdown * call_cost(stream, self.first_chunk_s)
+        front end, acoustic run and first window, or its whole first sentence where ``whole``
+        will run it so), as slow as steps run now."""
+        cost = call_cost(stream, self.first_chunk_s)
+        if stream.pending is None and stream.steps is None and self._whole_start(stream):
+            synth = stream.synth
+            chars = min(len(stream.job.text), synth.frontend.max_sentence_chars)
+            audio_s = chars * self.audio_per_char / max(stream.job.speed, 1e-3)
+            cost += synth.whole_cost(round(audio_s * synth.sample_rate / synth.hop))
+        return self.slowdown * cost
+
+    def _whole_start(self, stream: ActiveStream) -> bool:
+        """Whether a stream's first sentence runs whole (``whole``), before it starts (lock
+        held)."""
+        return (self.whole_sentences and self.waiting() > 0
+                and stream.synth.engines.one_shot is not None)  # fmt: skip
+
+    def whole(self, stream: ActiveStream, cost: float) -> bool:
+        """Whether the stream's next sentence, ``cost`` seconds whole alone (after its acoustic
+        run), runs whole on the plain graphs rather than in windows: about three quarters of
+        the engine time, its audio in one chunk at the end.
+
+        A first sentence only while other streams wait for admission: the worker is saturated,
+        so the cheaper audio lets the waiting in sooner, and the stream's own first audio,
+        already late for its wait, comes with its sentence's end (measured: 1.18x the audio per
+        second at a closed loop of 32, no stream run dry; ``docs/decisions.md``). A later
+        sentence whenever the audio its stream has buffered covers twice the cost and the step
+        ``budget`` allows it: its listener is still playing the sentence before."""
+        if not self.whole_sentences or cost <= 0:
+            return False
+        with self.lock:
+            if stream.first_sent_at is None:
+                return self._whole_start(stream)
+            slack = self.due(stream) - self.clock() - DELIVERY_S
+            if self.slowdown * cost > slack / 2:
+                return False
+        budget = self.budget(stream)
+        return budget is None or cost <= budget
 
     def start_by(self, stream: ActiveStream) -> float:
         """When the stream's next step must start for its next chunk to be in time: for a

@@ -24,6 +24,9 @@ class ComputePlan:
     """Share of the measured real-time capacity admitted streams may demand."""
     step_floor_s: float = 0.05
     """The shortest bound the scheduler puts on a step."""
+    whole_sentences: bool = True
+    """Run sentences whole on the plain graphs where their listeners can wait
+    (``DeadlinePolicy.whole``)."""
 
 
 @dataclass(frozen=True)

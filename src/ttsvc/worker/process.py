@@ -146,8 +146,8 @@ def _scheduler(synth: Synthesizer, plan: ComputePlan) -> DeadlineScheduler:
     rate, first_chunk_s, per_char = measure(synth)
     return DeadlineScheduler(synth, plan.threads, plan.load_limit, rate,
                              first_chunk_s=first_chunk_s, audio_per_char=per_char,
-                             step_floor_s=plan.step_floor_s,
-                             max_batch=MAX_BATCH)  # fmt: skip
+                             step_floor_s=plan.step_floor_s, max_batch=MAX_BATCH,
+                             whole_sentences=plan.whole_sentences)  # fmt: skip
 
 
 def _heartbeat(worker_id: int, scheduler: DeadlineScheduler, held: VoiceSet[Synthesizer],
