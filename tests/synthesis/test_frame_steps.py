@@ -17,8 +17,11 @@ DETERMINISTIC = SynthesisParams(noise_scale=0.0, noise_w=0.0)
 TEXT = "Your order has shipped. It will arrive on Thursday between nine and noon."
 
 
+Run = tuple[list[AudioChunk], list[FrameCall]]
+
+
 def _run(synth: Synthesizer, asked: list[float], answer: bool | list[bool], text: str = TEXT,
-         params: SynthesisParams = DETERMINISTIC) -> tuple[list[AudioChunk], list[FrameCall]]:  # fmt: skip
+         params: SynthesisParams = DETERMINISTIC) -> Run:  # fmt: skip
     """The stream's chunks and engine calls, ``whole`` answering ``answer`` (one per sentence,
     or the same for all) and recording what it was asked with in ``asked``."""
     calls: list[FrameCall] = []
