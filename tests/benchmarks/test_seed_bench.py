@@ -14,6 +14,8 @@ from seed_bench import (
     compare,
     counter_delta,
     headline,
+    joined,
+    lengths,
     make_systems,
     parse_deadline_counters,
     verdicts,
@@ -120,3 +122,11 @@ def test_systems_run_the_defaults_and_the_two_by_one_split() -> None:
         assert "--scheduler" not in system.command(Path("engines"))
     metrics = {s.metrics_port for s in systems.values()}
     assert len(metrics) == 2 and None not in metrics  # each variant its own metrics port
+
+
+def test_joined_texts_read_the_corpus_as_longer_texts() -> None:
+    corpus = ["one two three.", "four five.", "six."]
+    assert joined(corpus, 1) == corpus
+    assert joined(corpus, 2) == ["one two three. four five.", "four five. six.",
+                                 "six. one two three."]  # fmt: skip
+    assert lengths(joined(corpus, 2)) == "15–25"

@@ -56,8 +56,9 @@ def test_the_derived_voice_compiles_with_its_speakers_in_the_manifest(
 ) -> None:
     manifest = load_manifest(multi_speaker_version.path)
     assert manifest.num_speakers == 3 and manifest.speakers == SPEAKERS
-    assert sorted(manifest.files) == ["acoustic.onnx", "flow.onnx", "flow_plain.onnx",
-                                      "vocoder.onnx", "vocoder_plain.onnx", "voice.json"]  # fmt: skip
+    assert sorted(manifest.files) == [
+        "acoustic.onnx", "flow.onnx", "flow_plain.onnx", "vocoder.onnx", "vocoder_plain.onnx",
+        "voice.json"]  # fmt: skip
     # the split engines matched the unsplit graph for every speaker checked, windows too
     assert manifest.quality["one_shot_max_abs_error"] <= 1e-4
     assert set(manifest.contexts) == {"flow", "vocoder"}

@@ -493,12 +493,15 @@ def test_int8_vocoder_replaced_in_place_reports_its_real_precision(
 ) -> None:
     srv = _start(engines, server_factory)
     (info,) = _gauge(srv, "ttsvc_engine_info")
-    assert info["precision"] == "acoustic:fp32/flow:fp32/vocoder:fp32"
+    # the plain graphs beside, not replaced
+    assert info["precision"] == "acoustic:fp32/flow:fp32/flow_plain:fp32/vocoder:fp32/" \
+        "vocoder_plain:fp32"
     _mv_cp(engines / VOICE / "1", "vocoder.onnx", candidates / "vocoder-int8.onnx")
     state = wait_engines(srv, lambda s: str(s["current"]).startswith("1+"), "the int8 vocoder")
     assert state["reloads"] == {"ok": 1}
     (info,) = _gauge(srv, "ttsvc_engine_info")  # the fp32 series is gone
-    assert info["precision"] == "acoustic:fp32/flow:fp32/vocoder:int8"
+    assert info["precision"] == "acoustic:fp32/flow:fp32/flow_plain:fp32/vocoder:int8/" \
+        "vocoder_plain:fp32"
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,9 @@ class Run:
     api_metrics_status: int
 
 
+FP32 = "acoustic:fp32/flow:fp32/flow_plain:fp32/vocoder:fp32/vocoder_plain:fp32"
+"""The default version's engines, its plain graphs for whole sentences included."""
+
 def _scrape(url: str) -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], float], set[str]]:
     text = httpx.get(url, timeout=10).text
     samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
@@ -107,7 +110,7 @@ def test_counters_equal_the_scripts_counts(run: Run) -> None:
     assert _value(run, "ttsvc_characters_total") == len("One.Two, please.Three is the last.")
     assert _value(run, "ttsvc_audio_seconds_total") > 3 * 0.5
     assert _value(run, "ttsvc_engine_info", voice="en_US-joe-medium", version="1",
-                  backend="ort", precision="acoustic:fp32/flow:fp32/vocoder:fp32") == 1  # fmt: skip
+                  backend="ort", precision=FP32) == 1  # fmt: skip
 
 
 def test_queue_gauges_return_to_zero(run: Run) -> None:
